@@ -1,0 +1,239 @@
+r"""Attention maps on batched tensors: the normalisations used across the book.
+
+Every map turns queries ``q`` (shape ``(..., n_q, k)``) and keys ``k`` (``(..., n_k, k)``) into a
+weight matrix ``P`` (``(..., n_q, n_k)``); a layer then outputs ``P @ values``. With scores
+:math:`s_{ij} = \text{scale}\,\langle q_i, k_j\rangle`:
+
+==========  ==========================================================  =====================
+kind        weights :math:`P_{ij}`                                       rows sum to
+==========  ==========================================================  =====================
+softmax     :math:`e^{s_{ij}} / \sum_l e^{s_{il}}`                       1
+linear      :math:`s_{ij} / n` (n = number of visible keys)             —
+l2          :math:`e^{-|q_i-k_j|^2} / \sum_l e^{-|q_i-k_l|^2}`           1
+sigmoid     :math:`\sigma(s_{ij} + b) / n`                               —
+sinkhorn    :math:`e^{f_i + g_j + s_{ij}}`, doubly stochastic scaling    1 (columns n_q/n_k)
+==========  ==========================================================  =====================
+
+The 1/n of linear and sigmoid attention is the mean-field convention (particles carry mass
+1/n), as in Castin et al. (2025). ℓ² attention is softmax of the shifted score
+:math:`2\langle q_i,k_j\rangle - |k_j|^2` (the :math:`|q_i|^2` term cancels in the row
+normalisation). Sinkhorn's first half-step (row normalisation) is softmax.
+
+A causal mask lets query ``i`` see keys ``j <= i`` only. Sinkhorn has no causal version: the
+only doubly stochastic lower-triangular matrix is the identity, so it is refused.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from .validation import (as_tensor, check_choice, check_finite, check_ndim, check_positive,
+                         check_positive_int, check_same_last_dim)
+
+__all__ = ["KINDS", "scores", "causal_mask", "attention_weights", "sinkhorn", "SinkhornResult", "example_tokens", "row_entropy",
+           "SinkhornNotConverged", "self_attention"]
+
+KINDS = ("softmax", "linear", "l2", "sigmoid", "sinkhorn")
+
+
+class SinkhornNotConverged(RuntimeError):
+    """Sinkhorn's scaling did not reach the requested tolerance."""
+
+
+class SinkhornWarning(RuntimeWarning):
+    """Sinkhorn's scaling stopped before the requested tolerance."""
+
+
+@dataclass
+class SinkhornResult:
+    """A Sinkhorn plan and how it was reached."""
+
+    plan: torch.Tensor          #: (..., n, m), rows sum to 1, columns to n/m
+    log_u: torch.Tensor         #: row potentials f
+    log_v: torch.Tensor         #: column potentials g
+    iterations: int             #: full (row + column) iterations used
+    max_error: float            #: largest deviation of a column sum from n/m at the end
+    converged: bool
+
+
+def scores(queries, keys, *, scale: float = 1.0) -> torch.Tensor:
+    r"""The score matrix :math:`s_{ij} = \text{scale}\,\langle q_i, k_j\rangle`, batched."""
+    q = check_finite(check_ndim(as_tensor(queries, "queries"), "queries", 2, at_least=True), "queries")
+    k = check_finite(check_ndim(as_tensor(keys, "keys"), "keys", 2, at_least=True), "keys")
+    check_same_last_dim(q, "queries", k, "keys")
+    q, k = _common_dtype(q, k)
+    return scale * (q @ k.transpose(-1, -2))
+
+
+def causal_mask(n: int, *, device=None) -> torch.Tensor:
+    """Boolean ``(n, n)`` mask, True where query ``i`` may attend to key ``j`` (``j <= i``)."""
+    n = check_positive_int(n, "n")
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
+def _common_dtype(*ts: torch.Tensor):
+    dtype = ts[0].dtype
+    for t in ts[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    return tuple(t.to(dtype) for t in ts)
+
+
+def sinkhorn(log_kernel, *, n_iters: int = 500, tol: float = 1e-9,
+             on_nonconvergence: str = "warn") -> SinkhornResult:
+    r"""Scale :math:`e^{\text{log\_kernel}}` to rows summing to 1 and columns to n/m, in log space.
+
+    Alternates row and column normalisations of ``log P = log_kernel + f_i + g_j`` (stable for
+    large scores: no exponential overflows). Stops when every column sum is within ``tol`` of
+    n/m (rows are exact after each row step). ``on_nonconvergence`` is ``"warn"`` (default,
+    :class:`SinkhornWarning`), ``"raise"`` (:class:`SinkhornNotConverged`) or ``"ignore"``;
+    the result always says whether it converged.
+    """
+    logk = check_finite(check_ndim(as_tensor(log_kernel, "log_kernel"), "log_kernel", 2, at_least=True),
+                        "log_kernel")
+    n_iters = check_positive_int(n_iters, "n_iters")
+    tol = check_positive(tol, "tol")
+    check_choice(on_nonconvergence, "on_nonconvergence", ("warn", "raise", "ignore"))
+    n, m = logk.shape[-2], logk.shape[-1]
+    log_col_target = math.log(n / m)
+    f = torch.zeros(logk.shape[:-1], dtype=logk.dtype, device=logk.device)
+    g = torch.zeros(logk.shape[:-2] + (m,), dtype=logk.dtype, device=logk.device)
+    err = float("inf")
+    it = 0
+    for it in range(1, n_iters + 1):
+        # row step: log sum_j exp(logk + g_j) + f_i = 0  (this alone is softmax)
+        f = -torch.logsumexp(logk + g.unsqueeze(-2), dim=-1)
+        # check the columns of the row-normalised plan before rescaling them
+        col = torch.logsumexp(logk + f.unsqueeze(-1), dim=-2) + g
+        err = float((col.exp() - n / m).abs().max())
+        if err <= tol:
+            break
+        g = g + log_col_target - col
+    else:
+        f = -torch.logsumexp(logk + g.unsqueeze(-2), dim=-1)
+    plan = (logk + f.unsqueeze(-1) + g.unsqueeze(-2)).exp()
+    converged = err <= tol
+    if not converged:
+        msg = (f"Sinkhorn did not converge in {n_iters} iterations: column-sum error {err:.3g} > "
+               f"tol {tol:.3g}; increase n_iters or scale the scores down")
+        if on_nonconvergence == "raise":
+            raise SinkhornNotConverged(msg)
+        if on_nonconvergence == "warn":
+            warnings.warn(msg, SinkhornWarning, stacklevel=2)
+    return SinkhornResult(plan=plan, log_u=f, log_v=g, iterations=it, max_error=err, converged=converged)
+
+
+def attention_weights(queries, keys, *, kind: str = "softmax", causal: bool = False,
+                      bias: float = 0.0, scale: float = 1.0, sinkhorn_iters: int = 500,
+                      sinkhorn_tol: float = 1e-9) -> torch.Tensor:
+    """Attention weights ``(..., n_q, n_k)`` of one of :data:`KINDS` (see the module docstring).
+
+    ``bias`` is used by ``sigmoid`` only; ``scale`` multiplies the inner-product score (ℓ²
+    attention uses the squared distance itself, unscaled). ``causal=True`` needs ``n_q == n_k``.
+    """
+    check_choice(kind, "kind", KINDS)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
+        raise TypeError(f"bias must be a finite real number, got {bias!r}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise TypeError(f"scale must be a finite real number, got {scale!r}")
+    s = scores(queries, keys, scale=scale)
+    n_q, n_k = s.shape[-2], s.shape[-1]
+    mask = None
+    if causal:
+        if n_q != n_k:
+            raise ValueError(f"causal=True needs as many queries as keys, got {n_q} and {n_k}")
+        if kind == "sinkhorn":
+            raise ValueError("kind 'sinkhorn' has no causal version: the only doubly stochastic "
+                             "lower-triangular matrix is the identity")
+        mask = causal_mask(n_q, device=s.device)
+    n_visible = (mask.sum(-1, keepdim=True).to(s.dtype) if mask is not None
+                 else torch.full((1, 1), float(n_k), dtype=s.dtype, device=s.device))
+
+    if kind == "softmax":
+        logits = s if mask is None else s.masked_fill(~mask, float("-inf"))
+        return torch.softmax(logits, dim=-1)
+    if kind == "l2":
+        q, k = _common_dtype(as_tensor(queries, "queries"), as_tensor(keys, "keys"))
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        q, k = q.expand(*batch, *q.shape[-2:]), k.expand(*batch, *k.shape[-2:])
+        # exact distances (the matmul shortcut loses digits when |q|, |k| are large)
+        d2 = torch.cdist(q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:]),
+                         compute_mode="donot_use_mm_for_euclid_dist").pow(2)
+        logits = -d2.reshape(s.shape)
+        if mask is not None:
+            logits = logits.masked_fill(~mask, float("-inf"))
+        return torch.softmax(logits, dim=-1)
+    if kind == "linear":
+        w = s / n_visible
+    elif kind == "sigmoid":
+        w = torch.sigmoid(s + bias) / n_visible
+    else:  # sinkhorn
+        return sinkhorn(s, n_iters=sinkhorn_iters, tol=sinkhorn_tol).plan
+    return w if mask is None else w.masked_fill(~mask, 0.0)
+
+
+def self_attention(x, *, Q, K, V, kind: str = "softmax", causal: bool = False, bias: float = 0.0,
+                   scale: float | None = None, sinkhorn_iters: int = 500, sinkhorn_tol: float = 1e-9
+                   ) -> torch.Tensor:
+    r"""One (multi-head) self-attention layer without residual: :math:`\sum_h P^h X V_h^\top`.
+
+    ``x``: tokens ``(..., n, d)``. Single head: ``Q``, ``K`` of shape ``(k, d)`` and ``V`` of
+    shape ``(d_out, d)``. Multi-head: a leading head axis, ``Q, K: (h, k, d)``, ``V: (h, d_out, d)``
+    (each head's value-and-output map), and the heads' outputs are summed. ``scale`` defaults to
+    1/√k. Returns ``(..., n, d_out)``.
+    """
+    X = check_finite(check_ndim(as_tensor(x, "x"), "x", 2, at_least=True), "x")
+    Qm = check_finite(as_tensor(Q, "Q"), "Q")
+    Km = check_finite(as_tensor(K, "K"), "K")
+    Vm = check_finite(as_tensor(V, "V"), "V")
+    multi = Qm.dim() == 3
+    for t, name in ((Qm, "Q"), (Km, "K"), (Vm, "V")):
+        if t.dim() != (3 if multi else 2):
+            raise ValueError(f"{name} must have {'3 (heads, rows, d)' if multi else '2'} dimensions "
+                             f"like Q, got shape {tuple(t.shape)}")
+        if t.shape[-1] != X.shape[-1]:
+            raise ValueError(f"{name} must have {X.shape[-1]} columns (the token dimension d), "
+                             f"got shape {tuple(t.shape)}")
+    if Qm.shape != Km.shape:
+        raise ValueError(f"Q and K must have the same shape, got {tuple(Qm.shape)} and {tuple(Km.shape)}")
+    if multi and Vm.shape[0] != Qm.shape[0]:
+        raise ValueError(f"V must have one map per head ({Qm.shape[0]}), got shape {tuple(Vm.shape)}")
+    X, Qm, Km, Vm = _common_dtype(X, Qm, Km, Vm)
+    k = Qm.shape[-2]
+    sc = 1.0 / math.sqrt(k) if scale is None else scale
+    if not multi:
+        Qm, Km, Vm = Qm[None], Km[None], Vm[None]
+    Xh = X.unsqueeze(-3)                                   # (..., 1, n, d)
+    q = Xh @ Qm.transpose(-1, -2)                          # (..., h, n, k)
+    kk = Xh @ Km.transpose(-1, -2)
+    P = attention_weights(q, kk, kind=kind, causal=causal, bias=bias, scale=sc,
+                          sinkhorn_iters=sinkhorn_iters, sinkhorn_tol=sinkhorn_tol)
+    out = P @ (Xh @ Vm.transpose(-1, -2))                  # (..., h, n, d_out)
+    return out.sum(-3)
+
+
+def example_tokens(n: int = 12, d: int = 2, *, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
+    """A reproducible token cloud for demonstrations: two Gaussian clusters in ``R^d``.
+
+    The first ``n // 2`` tokens lie around ``+e_1``, the rest around ``−e_1`` (sd 0.35), so
+    every attention map has visible block structure.
+    """
+    n = check_positive_int(n, "n", minimum=2)
+    d = check_positive_int(d, "d")
+    g = torch.Generator().manual_seed(int(seed))
+    centres = torch.zeros(n, d, dtype=dtype)
+    centres[: n // 2, 0] = 1.0
+    centres[n // 2:, 0] = -1.0
+    return centres + 0.35 * torch.randn(n, d, generator=g, dtype=dtype)
+
+
+def row_entropy(weights) -> torch.Tensor:
+    """Shannon entropy (nats) of each row of a row-stochastic weight matrix, ``(..., n_q)``."""
+    P = check_finite(as_tensor(weights, "weights"), "weights")
+    if bool((P < 0).any()):
+        raise ValueError("weights must be non-negative to have an entropy (linear attention is not)")
+    return -(torch.xlogy(P, P)).sum(-1)

@@ -1,0 +1,80 @@
+"""Where tensors live and how random draws are seeded.
+
+``default_device()`` picks CUDA when it is available and CPU otherwise; the environment
+variable ``ATTNBOOK_DEVICE`` (e.g. ``cpu``) or an explicit argument overrides it. Every
+function in the package that draws random numbers takes a ``seed`` or a ``torch.Generator``
+made by :func:`make_generator`, so the same seed gives the same numbers on the CPU.
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import torch
+
+__all__ = ["default_device", "make_generator", "seed_everything", "resolve_generator",
+           "on_colab", "describe"]
+
+
+def default_device(prefer: str | torch.device | None = None) -> torch.device:
+    """Return ``prefer`` if given, else ``$ATTNBOOK_DEVICE``, else CUDA if available, else CPU."""
+    choice = prefer if prefer is not None else os.environ.get("ATTNBOOK_DEVICE")
+    if choice is not None:
+        try:
+            dev = torch.device(choice)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"device {choice!r} is not a valid torch device: {exc}") from None
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {choice!r} was asked for but CUDA is not available")
+        return dev
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def make_generator(seed: int, device: str | torch.device | None = "cpu") -> torch.Generator:
+    """A ``torch.Generator`` on ``device`` seeded with ``seed`` (an int >= 0)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}")
+    g = torch.Generator(device=torch.device(device) if device is not None else "cpu")
+    g.manual_seed(int(seed))
+    return g
+
+
+def resolve_generator(seed: int | None = None, generator: torch.Generator | None = None,
+                      device: str | torch.device | None = "cpu") -> torch.Generator:
+    """Accept either a seed or a generator (not both) and return a generator.
+
+    With neither, seed 0 is used: results are reproducible by default.
+    """
+    if generator is not None:
+        if seed is not None:
+            raise ValueError("give either seed or generator, not both")
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        return generator
+    return make_generator(0 if seed is None else seed, device)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators (for code we do not control)."""
+    make_generator(seed)  # validates
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def on_colab() -> bool:
+    """True inside a Google Colab runtime."""
+    import sys
+    return "google.colab" in sys.modules
+
+
+def describe(device: torch.device | None = None) -> str:
+    """A one-line description of the compute device, shown at the top of each chapter."""
+    dev = default_device() if device is None else torch.device(device)
+    if dev.type == "cuda":
+        name = torch.cuda.get_device_name(dev)
+        return f"GPU ({name}), torch {torch.__version__}"
+    return f"CPU ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads), torch {torch.__version__}"

@@ -1,0 +1,104 @@
+"""One figure style for the whole book, and the plots that several chapters share.
+
+``use_style()`` is called by :func:`attnbook.notebook.setup_chapter`; every figure function
+returns its ``Figure`` so a chapter can add to it, and never calls ``plt.show()`` itself.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+
+__all__ = ["use_style", "KIND_COLORS", "KIND_LABELS", "to_numpy", "matrix_panels", "annotate_value"]
+
+#: One colour per attention kind, the same in every chapter.
+KIND_COLORS = {
+    "softmax": "#1f77b4",
+    "linear": "#7f7f7f",
+    "l2": "#2ca02c",
+    "sigmoid": "#ff7f0e",
+    "sinkhorn": "#9467bd",
+    "multi-head": "#8c564b",
+    "causal": "#d62728",
+}
+
+#: How each kind is written in legends and titles.
+KIND_LABELS = {"softmax": "softmax", "linear": "linear", "l2": "ℓ²", "sigmoid": "sigmoid",
+               "sinkhorn": "Sinkhorn", "multi-head": "multi-head", "causal": "causal softmax"}
+
+_STYLE = {
+    "figure.figsize": (6.4, 3.6),
+    "figure.dpi": 110,
+    "savefig.dpi": 150,
+    "savefig.bbox": "tight",
+    "font.size": 10,
+    "axes.titlesize": 10.5,
+    "axes.labelsize": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.25,
+    "legend.frameon": False,
+    "legend.fontsize": 9,
+    "image.cmap": "viridis",
+    "lines.linewidth": 1.8,
+    "figure.constrained_layout.use": True,
+}
+
+
+def use_style() -> None:
+    """Apply the book's Matplotlib style (idempotent)."""
+    mpl.rcParams.update(_STYLE)
+    mpl.rcParams["axes.prop_cycle"] = mpl.cycler(color=list(KIND_COLORS.values()))
+
+
+def to_numpy(x) -> np.ndarray:
+    """A NumPy copy of a tensor or array (detached, on the CPU)."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def matrix_panels(matrices: Mapping[str, object], *, ncols: int | None = None, cmap: str = "viridis",
+                  vmin: float | None = None, vmax: float | None = None, colorbar: bool = True,
+                  panel_size: float = 2.2, suptitle: str | None = None):
+    """Draw several matrices side by side as heat maps (rows = queries, columns = keys).
+
+    ``matrices`` maps a panel title to a 2-D array or tensor. Returns ``(fig, axes)``.
+    """
+    if not matrices:
+        raise ValueError("matrices must hold at least one matrix")
+    n = len(matrices)
+    ncols = n if ncols is None else ncols
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size * ncols + 0.6, panel_size * nrows + 0.4),
+                             squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax, (title, mat) in zip(axes.flat, matrices.items()):
+        arr = to_numpy(mat)
+        if arr.ndim != 2:
+            raise ValueError(f"matrix {title!r} must be 2-D, got shape {arr.shape}")
+        im = ax.imshow(arr, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
+        ax.set_title(title)
+        ax.set_xlabel("key j")
+        ax.set_ylabel("query i")
+        ax.grid(False)
+        if colorbar:
+            fig.colorbar(im, ax=ax, shrink=0.8)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig, axes
+
+
+def annotate_value(ax, text: str, *, loc: str = "upper right") -> None:
+    """Write a measured number in a corner of a panel (so the figure shows what the claim checks)."""
+    pos = {"upper right": (0.98, 0.95, "right", "top"), "upper left": (0.02, 0.95, "left", "top"),
+           "lower right": (0.98, 0.05, "right", "bottom"), "lower left": (0.02, 0.05, "left", "bottom")}
+    if loc not in pos:
+        raise ValueError(f"unknown loc {loc!r}; expected one of {tuple(pos)}")
+    x, y, ha, va = pos[loc]
+    ax.text(x, y, text, transform=ax.transAxes, ha=ha, va=va, fontsize=9,
+            bbox=dict(boxstyle="round,pad=0.25", fc="white", ec="0.8", alpha=0.9))

@@ -1,0 +1,192 @@
+"""attnbook.attention against direct float64 formulas, POT's Sinkhorn, and known limits."""
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from attnbook import attention as att
+
+
+def _rand(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def direct(q, k, kind, bias=0.0, causal=False):
+    """Entry-by-entry float64 reference, written from the definitions."""
+    q, k = np.asarray(q, float), np.asarray(k, float)
+    n, m = len(q), len(k)
+    P = np.zeros((n, m))
+    for i in range(n):
+        visible = range(i + 1) if causal else range(m)
+        if kind == "softmax":
+            z = sum(math.exp(q[i] @ k[j]) for j in visible)
+            for j in visible:
+                P[i, j] = math.exp(q[i] @ k[j]) / z
+        elif kind == "l2":
+            z = sum(math.exp(-np.sum((q[i] - k[j]) ** 2)) for j in visible)
+            for j in visible:
+                P[i, j] = math.exp(-np.sum((q[i] - k[j]) ** 2)) / z
+        elif kind == "linear":
+            for j in visible:
+                P[i, j] = (q[i] @ k[j]) / len(visible)
+        elif kind == "sigmoid":
+            for j in visible:
+                P[i, j] = 1 / (1 + math.exp(-(q[i] @ k[j] + bias))) / len(visible)
+    return P
+
+
+@pytest.mark.parametrize("kind", ["softmax", "l2", "linear", "sigmoid"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_maps_match_direct_formula(kind, causal):
+    q, k = _rand(6, 3, seed=1), _rand(6, 3, seed=2)
+    P = att.attention_weights(q, k, kind=kind, causal=causal, bias=0.3)
+    np.testing.assert_allclose(P.numpy(), direct(q, k, kind, bias=0.3, causal=causal), atol=1e-13)
+
+
+def test_rectangular_and_scale():
+    q, k = _rand(4, 2, seed=3), _rand(7, 2, seed=4)
+    P = att.attention_weights(q, k, kind="softmax", scale=0.5)
+    np.testing.assert_allclose(P.numpy(), direct(0.5 * q, k, "softmax"), atol=1e-14)
+    assert P.shape == (4, 7)
+
+
+def test_sinkhorn_matches_pot():
+    ot = pytest.importorskip("ot")
+    q, k = _rand(8, 3, seed=5), _rand(8, 3, seed=6)
+    S = (q @ k.T).numpy()
+    res = att.sinkhorn(torch.from_numpy(S), tol=1e-12, n_iters=5000)
+    a = np.full(8, 1 / 8)
+    G = ot.sinkhorn(a, a, -S, reg=1.0, numItermax=20000, stopThr=1e-14)
+    np.testing.assert_allclose(res.plan.numpy() / 8, G, atol=1e-11)
+    assert res.converged and res.max_error <= 1e-12
+
+
+def test_sinkhorn_rectangular_marginals():
+    S = _rand(5, 9, seed=7)
+    res = att.sinkhorn(S, tol=1e-11)
+    np.testing.assert_allclose(res.plan.sum(-1).numpy(), 1.0, atol=1e-13)
+    np.testing.assert_allclose(res.plan.sum(-2).numpy(), 5 / 9, atol=1e-11)
+
+
+def test_sinkhorn_is_softmax_when_columns_already_balance():
+    # a circulant score matrix: softmax rows are shifts of each other, so columns sum to 1 and
+    # Sinkhorn stops after its first half-step, which is softmax
+    row = _rand(6, seed=8)
+    S = torch.stack([row.roll(i) for i in range(6)])
+    res = att.sinkhorn(S, tol=1e-12)
+    assert res.iterations == 1
+    np.testing.assert_allclose(res.plan.numpy(), torch.softmax(S, -1).numpy(), atol=1e-15)
+
+
+def test_sinkhorn_large_scores_are_stable():
+    S = 200 * _rand(6, 6, seed=9)
+    res = att.sinkhorn(S, n_iters=20000, tol=1e-8, on_nonconvergence="ignore")
+    assert torch.isfinite(res.plan).all()
+
+
+def test_sinkhorn_reports_nonconvergence():
+    S = 30 * _rand(10, 10, seed=10)
+    with pytest.raises(att.SinkhornNotConverged, match="did not converge"):
+        att.sinkhorn(S, n_iters=2, on_nonconvergence="raise")
+    with pytest.warns(RuntimeWarning, match="did not converge"):
+        res = att.sinkhorn(S, n_iters=2)
+    assert not res.converged and res.max_error > 1e-9
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        att.sinkhorn(S, n_iters=2, on_nonconvergence="ignore")
+
+
+def test_l2_is_shifted_softmax_and_linear_is_first_order_softmax():
+    q, k = _rand(5, 4, seed=11), _rand(5, 4, seed=12)
+    shifted = 2 * q @ k.T - (k ** 2).sum(-1)
+    assert torch.allclose(att.attention_weights(q, k, kind="l2"), torch.softmax(shifted, -1), atol=1e-14)
+    eps = 1e-4
+    S = q @ k.T
+    lin = att.attention_weights(q, k, kind="linear")          # S / n
+    approx = 1 / 5 + eps * (lin - lin.mean(-1, keepdim=True))
+    soft = att.attention_weights(q, k, kind="softmax", scale=eps)
+    assert float((soft - approx).abs().max()) < 10 * eps ** 2 * float(S.abs().max()) ** 2
+
+
+def test_sigmoid_large_bias_is_mean_pooling():
+    q, k = _rand(4, 2, seed=13), _rand(4, 2, seed=14)
+    P = att.attention_weights(q, k, kind="sigmoid", bias=60.0)
+    np.testing.assert_allclose(P.numpy(), 0.25, atol=1e-15)
+
+
+def test_batched_equals_loop_and_float32():
+    q, k = _rand(3, 2, 5, 4, seed=15), _rand(3, 2, 5, 4, seed=16)
+    for kind in att.KINDS:
+        P = att.attention_weights(q, k, kind=kind)
+        for a in range(3):
+            for b in range(2):
+                assert torch.allclose(P[a, b], att.attention_weights(q[a, b], k[a, b], kind=kind), atol=1e-12)
+        P32 = att.attention_weights(q.float(), k.float(), kind=kind)
+        assert P32.dtype == torch.float32 and torch.allclose(P32.double(), P, atol=1e-4)
+
+
+def test_numpy_input_and_broadcast_batch():
+    q = _rand(5, 3, seed=17).numpy()
+    k = _rand(2, 6, 3, seed=18).numpy()
+    P = att.attention_weights(q, k, kind="l2")
+    assert P.shape == (2, 5, 6)
+    np.testing.assert_allclose(P[1].numpy(), direct(q, k[1], "l2"), atol=1e-13)
+
+
+def test_multihead_is_sum_of_heads_and_batched():
+    x = _rand(2, 6, 3, seed=19)
+    Q, K, V = _rand(2, 2, 3, seed=20), _rand(2, 2, 3, seed=21), _rand(2, 3, 3, seed=22)
+    out = att.self_attention(x, Q=Q, K=K, V=V, causal=True)
+    ref = sum(att.self_attention(x, Q=Q[h], K=K[h], V=V[h], causal=True) for h in range(2))
+    assert torch.allclose(out, ref, atol=1e-13)
+    one = att.self_attention(x[0], Q=Q[0], K=K[0], V=V[0])
+    P = torch.softmax((x[0] @ Q[0].T) @ (x[0] @ K[0].T).T / math.sqrt(2), -1)
+    assert torch.allclose(one, P @ x[0] @ V[0].T, atol=1e-13)
+
+
+def test_causal_first_row_and_mask():
+    q = _rand(5, 2, seed=23)
+    P = att.attention_weights(q, q, kind="softmax", causal=True)
+    assert P[0, 0] == 1 and float(P.triu(1).abs().max()) == 0
+    assert torch.equal(att.causal_mask(3), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool))
+
+
+def test_row_entropy_bounds():
+    P = att.attention_weights(_rand(6, 2, seed=24), _rand(6, 2, seed=25))
+    H = att.row_entropy(P)
+    assert (H >= 0).all() and (H <= math.log(6) + 1e-12).all()
+    assert float(att.row_entropy(torch.full((1, 4), 0.25))) == pytest.approx(math.log(4))
+    with pytest.raises(ValueError, match="non-negative"):
+        att.row_entropy(torch.tensor([[1.5, -0.5]]))
+
+
+def test_example_tokens_reproducible():
+    assert torch.equal(att.example_tokens(10, 3, seed=4), att.example_tokens(10, 3, seed=4))
+    assert not torch.equal(att.example_tokens(10, 3, seed=4), att.example_tokens(10, 3, seed=5))
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: att.attention_weights(_rand(3, 2), _rand(3, 2), kind="cosine"), ValueError, "kind"),
+    (lambda: att.attention_weights(_rand(3, 2), _rand(3, 4)), ValueError, "queries and keys"),
+    (lambda: att.attention_weights(_rand(3), _rand(3, 2)), ValueError, "queries"),
+    (lambda: att.attention_weights(_rand(3, 2), _rand(4, 2), causal=True), ValueError, "causal"),
+    (lambda: att.attention_weights(_rand(3, 2), _rand(3, 2), kind="sinkhorn", causal=True), ValueError, "sinkhorn"),
+    (lambda: att.attention_weights(torch.tensor([[float("nan"), 0.0]]), _rand(3, 2)), ValueError, "queries"),
+    (lambda: att.attention_weights("abc", _rand(3, 2)), TypeError, "queries"),
+    (lambda: att.attention_weights(_rand(3, 2), _rand(3, 2), causal=1), TypeError, "causal"),
+    (lambda: att.attention_weights(_rand(3, 2), _rand(3, 2), kind="sigmoid", bias=float("inf")), TypeError, "bias"),
+    (lambda: att.causal_mask(0), ValueError, "n"),
+    (lambda: att.causal_mask(2.5), TypeError, "n"),
+    (lambda: att.sinkhorn(_rand(3, 3), n_iters=0), ValueError, "n_iters"),
+    (lambda: att.sinkhorn(_rand(3, 3), tol=-1.0), ValueError, "tol"),
+    (lambda: att.sinkhorn(_rand(3, 3), on_nonconvergence="maybe"), ValueError, "on_nonconvergence"),
+    (lambda: att.self_attention(_rand(4, 3), Q=_rand(2, 3), K=_rand(2, 3), V=_rand(3, 2)), ValueError, "V"),
+    (lambda: att.self_attention(_rand(4, 3), Q=_rand(2, 3), K=_rand(3, 3), V=_rand(3, 3)), ValueError, "Q and K"),
+    (lambda: att.self_attention(_rand(4, 3), Q=_rand(2, 2, 3), K=_rand(2, 2, 3), V=_rand(3, 3, 3)), ValueError, "one map per head"),
+    (lambda: att.example_tokens(1), ValueError, "n"),
+])
+def test_bad_input_is_named(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()

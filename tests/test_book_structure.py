@@ -1,0 +1,94 @@
+"""The book's structure: toc, Colab twins, captions, citations, and the build checks."""
+import re
+from pathlib import Path
+
+import pytest
+
+from attnbook import build_tools
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_toc_entry_exists():
+    missing = [str(p) for p in build_tools.toc_files(ROOT) if not p.is_file()]
+    assert not missing, f"listed in _toc.yml but missing: {missing}"
+
+
+def test_every_notebook_under_book_is_in_the_toc():
+    in_toc = {p.resolve() for p in build_tools.toc_files(ROOT)}
+    orphans = [str(p) for p in (ROOT / "book").rglob("*.md")
+               if build_tools.is_notebook(p) and p.resolve() not in in_toc and "_build" not in p.parts]
+    assert not orphans, f"notebook chapters not in _toc.yml (never built nor tested): {orphans}"
+
+
+def test_colab_twins_exist_and_are_in_sync():
+    problems = build_tools.check_pairs(ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_chapters_open_their_own_ledger():
+    for md in build_tools.notebook_chapters(ROOT):
+        text = md.read_text(encoding="utf-8")
+        if "setup_chapter(" in text:
+            cid = build_tools.chapter_id(md, ROOT)
+            assert f'setup_chapter("{cid}"' in text, f"{md}: setup_chapter must name {cid!r}"
+
+
+def test_every_figure_cell_has_a_caption():
+    import jupytext
+
+    bad = []
+    for md in build_tools.notebook_chapters(ROOT):
+        for i, cell in enumerate(jupytext.read(md).cells):
+            if cell.cell_type == "code" and "plt.show()" in cell.source and "remove-output" not in cell.metadata.get("tags", []):
+                if not cell.metadata.get("mystnb", {}).get("figure", {}).get("caption"):
+                    bad.append(f"{md.name} cell {i}")
+    assert not bad, f"figures without a caption: {bad}"
+
+
+def test_every_citation_is_in_the_bibliography():
+    bib = (ROOT / "book" / "references.bib").read_text(encoding="utf-8")
+    keys = set(re.findall(r"@\w+\{([^,]+),", bib))
+    cited = set()
+    for md in (ROOT / "book").rglob("*.md"):
+        for group in re.findall(r"\{cite(?::\w+)?\}`([^`]+)`", md.read_text(encoding="utf-8")):
+            cited.update(k.strip() for k in group.split(","))
+    assert cited and cited <= keys, f"unknown citation keys: {cited - keys}"
+    for key in ("chen2026focus", "lavie2026copyhead", "castin2025unified"):
+        assert key in keys
+
+
+def test_check_html_finds_problems(tmp_path):
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/intro\n")
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "intro.md").write_text("# Intro\n")
+    (tmp_path / "book" / "ch.ipynb").write_text("{}")
+    html = tmp_path / "_build" / "html"
+    html.mkdir(parents=True)
+    (html / "ok.png").write_bytes(b"png")
+    (html / "page.html").write_text(
+        '<img src="ok.png"><img src="gone.png">'
+        '<script src="https://cdn.example.org/mathjax/tex-chtml.js"></script>'
+        '<a href="https://colab.research.google.com/github/o/r/blob/main/book/ch.ipynb">ok</a>'
+        '<a href="https://colab.research.google.com/github/o/r/blob/main/book/nope.ipynb">bad</a>')
+    report = build_tools.check_html(html, tmp_path)
+    text = "\n".join(report["problems"])
+    assert report["images"] == 2 and report["colab_links"] == 2
+    assert "gone.png" in text and "not local" in text and "nope.ipynb" in text and "ch.ipynb" not in text
+
+
+def test_ledger_status_reports_missing_and_stale(tmp_path):
+    status = build_tools.ledger_status(ROOT, directory=tmp_path)
+    assert "foundations/attention-maps" in status["missing"]
+
+
+def test_code_lines_fit_the_page():
+    """Code cells wider than ~88 characters get a scroll bar in the HTML book."""
+    import jupytext
+
+    long = []
+    for md in build_tools.notebook_chapters(ROOT):
+        for i, cell in enumerate(jupytext.read(md).cells):
+            if cell.cell_type == "code":
+                long += [f"{md.name} cell {i}: {len(l)} chars" for l in cell.source.splitlines() if len(l) > 88]
+    assert not long, "\n".join(long)

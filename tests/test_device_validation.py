@@ -1,0 +1,84 @@
+import numpy as np
+import pytest
+import torch
+
+from attnbook import device, validation as v
+from attnbook.notebook import setup_chapter
+
+
+def test_default_device_and_override(monkeypatch):
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert device.default_device().type == expected
+    monkeypatch.setenv("ATTNBOOK_DEVICE", "cpu")
+    assert device.default_device().type == "cpu"
+    assert device.default_device("cpu").type == "cpu"
+    with pytest.raises(ValueError, match="device"):
+        device.default_device("tpu-9000")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            device.default_device("cuda")
+
+
+def test_generators_reproducible_and_validated():
+    a = torch.randn(5, generator=device.make_generator(3))
+    b = torch.randn(5, generator=device.make_generator(3))
+    assert torch.equal(a, b)
+    g = device.make_generator(1)
+    assert device.resolve_generator(generator=g) is g
+    with pytest.raises(ValueError, match="either seed or generator"):
+        device.resolve_generator(seed=1, generator=g)
+    with pytest.raises(TypeError, match="seed"):
+        device.make_generator(1.5)
+    with pytest.raises(ValueError, match="seed"):
+        device.make_generator(-1)
+    with pytest.raises(TypeError, match="generator"):
+        device.resolve_generator(generator=np.random.default_rng(0))
+    device.seed_everything(7)
+    x = torch.rand(3)
+    device.seed_everything(7)
+    assert torch.equal(x, torch.rand(3))
+
+
+def test_setup_chapter(monkeypatch, capsys):
+    monkeypatch.setenv("ATTNBOOK_DEVICE", "cpu")
+    ch = setup_chapter("foundations/attention-maps", title="Attention maps", seed=3)
+    assert ch.device.type == "cpu" and ch.ledger.chapter == "foundations/attention-maps"
+    assert torch.get_num_threads() == 1 and "CPU" in capsys.readouterr().out
+    assert torch.equal(torch.rand(2, generator=ch.generator(1)), torch.rand(2, generator=ch.generator(1)))
+    with pytest.raises(ValueError, match="cpu_threads"):
+        setup_chapter("foundations/attention-maps", cpu_threads=0)
+
+
+def test_validation_helpers():
+    t = v.as_tensor(np.arange(3), "x")
+    assert t.is_floating_point()
+    assert v.as_tensor([1.0, 2.0], "x").shape == (2,)
+    with pytest.raises(TypeError, match="x"):
+        v.as_tensor(np.array(["a"], dtype=object), "x")
+    with pytest.raises(TypeError, match="y must be real"):
+        v.as_tensor(torch.tensor([True]), "y")
+    with pytest.raises(TypeError, match="z must be"):
+        v.as_tensor({"a": 1}, "z")
+    with pytest.raises(ValueError, match="P must be a square"):
+        v.check_square(torch.ones(2, 3), "P")
+    with pytest.raises(ValueError, match="3x3"):
+        v.check_square(torch.ones(2, 2), "P", 3)
+    with pytest.raises(ValueError, match="non-finite"):
+        v.check_finite(torch.tensor([1.0, float("inf")]), "w")
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        v.check_positive_int(0, "n")
+    with pytest.raises(TypeError, match="n must be an integer"):
+        v.check_positive_int(True, "n")
+    with pytest.raises(ValueError, match="lr must be positive"):
+        v.check_positive(0.0, "lr")
+    assert v.check_positive(0.0, "lr", allow_zero=True) == 0.0
+    with pytest.raises(ValueError, match="pi must sum to 1"):
+        v.check_probability_vector(torch.tensor([0.5, 0.6]), "pi")
+    with pytest.raises(ValueError, match="pi must be non-negative"):
+        v.check_probability_vector(torch.tensor([1.5, -0.5]), "pi")
+    with pytest.raises(ValueError, match="row 1 sums"):
+        v.check_stochastic_matrix(torch.tensor([[1.0, 0.0], [0.3, 0.3]]), "P")
+    with pytest.raises(ValueError, match="unknown kind"):
+        v.check_choice("x", "kind", ("a", "b"))
+    with pytest.raises(ValueError, match="at least 2"):
+        v.check_ndim(torch.ones(3), "x", 2, at_least=True)
