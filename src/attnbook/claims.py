@@ -85,7 +85,10 @@ class Claim:
                 tol.append(f"rtol {_fmt(self.rtol)}")
             if self.atol:
                 tol.append(f"atol {_fmt(self.atol)}")
-            parts.append(f"≈ {_fmt(self.expected)}" + (f" ({', '.join(tol)})" if tol else ""))
+            if tol:
+                parts.append(f"≈ {_fmt(self.expected)} ({', '.join(tol)})")
+            else:
+                parts.append(f"= {_fmt(self.expected)}")
         if self.lower is not None and self.upper is not None:
             parts.append(f"∈ [{_fmt(self.lower)}, {_fmt(self.upper)}]")
         elif self.lower is not None:
@@ -290,23 +293,28 @@ def load_records(directory: str | os.PathLike | None = None) -> list[dict]:
 
 def ledger_table_html(records: list[dict], *, show_chapter: bool = True,
                       stale: set[str] | None = None) -> str:
-    """An HTML table of the claims in ``records`` (one row per claim)."""
+    """An HTML table of the claims in ``records``: one row per claim, grouped by chapter."""
     stale = stale or set()
-    head = ("<tr>" + ("<th>chapter</th>" if show_chapter else "") +
-            "<th>claim</th><th>statement</th><th>measured</th><th>expected</th>"
-            "<th>source</th><th>status</th></tr>")
+    cell = 'style="padding:3px 6px;vertical-align:top"'
+    head = (f'<tr><th {cell}>claim</th><th {cell}>measured</th><th {cell}>expected</th>'
+            f'<th {cell}>source</th><th {cell}>status</th></tr>')
     rows = []
     for rec in records:
+        is_stale = rec["chapter"] in stale
+        if show_chapter:
+            extra = " — <i>stale: the chapter changed after these claims were recorded</i>" if is_stale else ""
+            rows.append(f'<tr><td colspan="5" {cell}><b>{html.escape(rec.get("title", rec["chapter"]))}'
+                        f'</b> <code>{html.escape(rec["chapter"])}</code>{extra}</td></tr>')
         for c in rec["claims"]:
             claim = Claim(**c)
-            status = "✔ pass" if claim.passed else "✘ FAIL"
-            if rec["chapter"] in stale:
-                status += " (stale)"
-            colour = "#1a7f37" if claim.passed and rec["chapter"] not in stale else "#cf222e"
+            ok = claim.passed and not is_stale
+            status = ("✔ pass" if claim.passed else "✘ FAIL") + (" (stale)" if is_stale else "")
+            colour = "#1a7f37" if ok else "#cf222e"
             rows.append(
-                "<tr>" + (f"<td>{html.escape(rec.get('title', rec['chapter']))}</td>" if show_chapter else "")
-                + f"<td><code>{html.escape(claim.id)}</code></td><td>{html.escape(claim.statement)}</td>"
-                f"<td>{html.escape(_fmt(claim.measured))}</td><td>{html.escape(claim.criterion())}</td>"
-                f"<td>{html.escape(claim.source)}</td>"
-                f'<td style="color:{colour};white-space:nowrap">{status}</td></tr>')
-    return ('<table class="attnbook-ledger table">' + head + "".join(rows) + "</table>")
+                f'<tr><td {cell}><code>{html.escape(claim.id)}</code><br>{html.escape(claim.statement)}</td>'
+                f'<td {cell}>{html.escape(_fmt(claim.measured))}</td>'
+                f'<td {cell}>{html.escape(claim.criterion())}</td>'
+                f'<td {cell}>{html.escape(claim.source)}</td>'
+                f'<td {cell} style="color:{colour};white-space:nowrap">{status}</td></tr>')
+    return ('<table class="attnbook-ledger" style="font-size:0.85em;border-collapse:collapse">'
+            + head + "".join(rows) + "</table>")
