@@ -92,3 +92,13 @@ def test_code_lines_fit_the_page():
             if cell.cell_type == "code":
                 long += [f"{md.name} cell {i}: {len(l)} chars" for l in cell.source.splitlines() if len(l) > 88]
     assert not long, "\n".join(long)
+
+
+def test_colab_install_cell_points_at_the_repository():
+    """The first cell installs attnbook from the repository that _config.yml names."""
+    url = re.search(r"^\s*url:\s*(\S+)", (ROOT / "_config.yml").read_text(), flags=re.M).group(1)
+    for md in build_tools.notebook_chapters(ROOT):
+        text = md.read_text(encoding="utf-8")
+        if "setup_chapter(" in text:
+            assert f'"git+{url}"' in text, f"{md.name}: the Colab install cell must install git+{url}"
+            assert 'if "google.colab" in sys.modules:' in text, f"{md.name}: install only on Colab"
