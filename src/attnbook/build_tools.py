@@ -80,7 +80,9 @@ def _twin(md: Path):
 
     nb = jupytext.read(md)
     nb.metadata.update(json.loads(json.dumps(COLAB_METADATA)))
-    for cell in nb.cells:
+    for i, cell in enumerate(nb.cells):
+        # deterministic cell ids: regenerating an unchanged twin changes nothing in git
+        cell.id = f"c{i:03d}-{hashlib.sha1(cell.source.encode()).hexdigest()[:8]}"
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     return nb

@@ -1,0 +1,446 @@
+r"""Tokens as interacting particles: the velocity field of a deep Transformer, every variant.
+
+A Transformer without MLP, LayerNorm or the :math:`-x_i` term, read as a flow through depth
+:math:`t` (Castin, Ablin, Carrillo & Peyré, 2025), moves each token :math:`x_i \in \mathbb R^d` by
+
+.. math::  \dot x_i = \Gamma_{\mu_n}(x_i), \qquad \mu_n = \sum_j w_j \delta_{x_j}
+
+(uniform masses :math:`w_j = 1/n` unless stated). With :math:`A := K^\top Q / \sqrt{k}`, so that
+:math:`\langle Qx, Ky\rangle/\sqrt{k} = \langle Ax, y\rangle`, the variants are
+
+==========  ===========================================================================
+kind        :math:`\Gamma_\mu(x)`
+==========  ===========================================================================
+softmax     :math:`V \int e^{\langle Ax,y\rangle} y\,d\mu(y) / \int e^{\langle Ax,y\rangle} d\mu(y)`
+l2          same with the kernel :math:`e^{-|Qx-Ky|^2}` (no :math:`1/\sqrt{k}`; with only ``A``
+            given, :math:`Q = A`, :math:`K = I`, i.e. the kernel :math:`e^{-|Ax-y|^2}`)
+sinkhorn    :math:`V\int y\,\pi(dy|x)`, :math:`\pi = e^{f(x)+g(y)+\langle Ax,y\rangle}\mu\otimes\mu`
+            with both marginals :math:`\mu` (entropic OT, :math:`\varepsilon = 1`)
+sigmoid     :math:`V\int \sigma(\langle Ax,y\rangle + b)\, y\,d\mu(y)` (no normalisation)
+linear      :math:`V\int \langle Ax,y\rangle\, y\,d\mu(y)`
+multihead   :math:`\sum_h C_h \int \mathrm{softmax}_h(y)\, y\,d\mu(y)` (softmax in every head)
+==========  ===========================================================================
+
+**Heads.** Any kind runs with several heads, whose outputs are summed. Give ``A`` as a stack
+``(H, d, d)``, or ``Q, K`` as stacks ``(H, k, d)``, or ``Q, K`` of shape ``(k, d)`` with
+``heads=H`` (head ``h`` uses rows ``h k/H … (h+1) k/H - 1`` and :math:`A_h = K_h^\top Q_h /
+\sqrt{k/H}`). ``V`` is ``(d, d)`` (the same :math:`C_h = V` in every head) or ``(H, d, d)``.
+
+**Masks.** ``causal=True`` puts token ``i`` at position :math:`s_i = i/n` (positions never move)
+and lets it see tokens ``j <= i`` only: normalised kernels are normalised over the visible
+tokens, and sigmoid/linear keep the mean-field mass :math:`w_j` (so :math:`1/n`, not
+:math:`1/(i+1)` as in :func:`attnbook.attention.attention_weights`). ``sink_mass=m`` makes token 0
+an *attention sink*: an atom of mass ``m`` at :math:`s = 0`, the other tokens sharing ``1 - m``.
+Sinkhorn has no causal version (the only doubly stochastic lower-triangular matrix is ``I``).
+
+Defaults: ``A = I`` (or ``Q = K = I``) and ``V = I``. Inputs may be NumPy arrays (the result is
+then NumPy) or tensors on any device; ``x`` is ``(n, d)`` or batched ``(..., n, d)``.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..attention import SinkhornNotConverged, SinkhornWarning
+from ..device import default_device, resolve_generator
+from ..flows import BlowUpError, check_times, odeint
+from ..validation import (as_tensor, check_choice, check_finite, check_ndim, check_positive,
+                          check_positive_int)
+
+__all__ = ["KINDS", "AttentionParams", "resolve_params", "attention_matrix", "velocity",
+           "simulate", "interaction_energy", "partition_function", "sample_gaussian",
+           "sink_weights", "BlowUpError"]
+
+KINDS = ("softmax", "l2", "sinkhorn", "sigmoid", "linear", "multihead")
+_ALIASES = {"multi-head": "multihead", "multi_head": "multihead", "ell2": "l2", "L2": "l2"}
+
+
+@dataclass
+class AttentionParams:
+    r"""Parameters of one attention layer, with an explicit head axis.
+
+    ``A``: ``(H, d, d)`` with :math:`\langle A_h x, y\rangle` the score (for ``l2``,
+    :math:`K_h^\top Q_h` without scaling); ``G``: ``(H, d, d)`` the ℓ² key Gram matrix
+    :math:`K_h^\top K_h` (None for other kinds); ``V``: ``(H, d, d)`` the value/output maps.
+    """
+
+    kind: str
+    A: torch.Tensor
+    V: torch.Tensor
+    G: torch.Tensor | None = None
+
+    @property
+    def heads(self) -> int:
+        return self.A.shape[0]
+
+
+def _matrix(M, name: str, dtype, device) -> torch.Tensor:
+    t = as_tensor(M, name)
+    t = check_finite(t, name)
+    return t.to(dtype=dtype, device=device)
+
+
+def _kind(kind) -> str:
+    if isinstance(kind, str):
+        kind = _ALIASES.get(kind, kind)
+    return check_choice(kind, "kind", KINDS)
+
+
+def resolve_params(d: int, *, kind: str, A=None, V=None, Q=None, K=None, heads=None,
+                   dtype=torch.float64, device="cpu") -> AttentionParams:
+    """Check ``A, V, Q, K, heads`` against the token dimension ``d`` and stack them per head.
+
+    Raises ``ValueError`` naming the argument for wrong shapes, both ``A`` and ``Q/K`` given,
+    a head count that does not divide the rows of ``Q``/``K`` or disagrees with the stacks.
+    """
+    kind = _kind(kind)
+    if heads is not None:
+        heads = check_positive_int(heads, "heads")
+    if A is not None and (Q is not None or K is not None):
+        raise ValueError("give either A or (Q, K), not both")
+    if (Q is None) != (K is None):
+        raise ValueError("Q and K must be given together")
+    base = "softmax" if kind == "multihead" else kind
+    if A is not None:
+        A = _matrix(A, "A", dtype, device)
+        if A.dim() == 2:
+            A = A[None]
+        if A.dim() != 3 or A.shape[-1] != A.shape[-2]:
+            raise ValueError(f"A must be a square matrix (d, d) or a stack (heads, d, d), got shape "
+                             f"{tuple(A.shape)}")
+        if A.shape[-1] != d:
+            raise ValueError(f"A must be {d}x{d} to match x's dimension d = {d}, got shape {tuple(A.shape)}")
+        if heads is not None and A.shape[0] != heads:
+            raise ValueError(f"heads = {heads} disagrees with A's stack of {A.shape[0]} matrices")
+        G = torch.eye(d, dtype=dtype, device=device).expand_as(A).clone() if base == "l2" else None
+    elif Q is not None:
+        Q = _matrix(Q, "Q", dtype, device)
+        K = _matrix(K, "K", dtype, device)
+        if Q.shape != K.shape:
+            raise ValueError(f"Q and K must have the same shape, got {tuple(Q.shape)} and {tuple(K.shape)}")
+        if Q.dim() not in (2, 3) or Q.shape[-1] != d:
+            raise ValueError(f"Q and K must have shape (k, {d}) or (heads, k, {d}) to match x's "
+                             f"dimension d = {d}, got {tuple(Q.shape)}")
+        if Q.dim() == 2:
+            h = heads or 1
+            if Q.shape[0] % h:
+                raise ValueError(f"heads = {h} must divide the number of rows of Q and K ({Q.shape[0]})")
+            Q = Q.reshape(h, Q.shape[0] // h, d)
+            K = K.reshape(h, K.shape[0] // h, d)
+        elif heads is not None and Q.shape[0] != heads:
+            raise ValueError(f"heads = {heads} disagrees with the {Q.shape[0]} heads stacked in Q and K")
+        KtQ = K.mT @ Q
+        if base == "l2":
+            A, G = KtQ, K.mT @ K
+        else:
+            A, G = KtQ / math.sqrt(Q.shape[-2]), None
+    else:
+        h = heads or 1
+        A = torch.eye(d, dtype=dtype, device=device).expand(h, d, d).clone()
+        G = A.clone() if base == "l2" else None
+    H = A.shape[0]
+    if V is None:
+        V = torch.eye(d, dtype=dtype, device=device).expand(H, d, d).clone()
+    else:
+        V = _matrix(V, "V", dtype, device)
+        if V.dim() == 2:
+            V = V[None].expand(H, *V.shape)
+        if V.dim() != 3 or V.shape[-2:] != (d, d):
+            raise ValueError(f"V must be {d}x{d} (or a stack ({H}, {d}, {d})), got shape {tuple(V.shape)}")
+        if V.shape[0] != H:
+            raise ValueError(f"V must have one matrix per head ({H}), got a stack of {V.shape[0]}")
+    return AttentionParams(kind=base, A=A, V=V, G=G)
+
+
+def sink_weights(n: int, sink_mass: float, *, dtype=torch.float64, device="cpu") -> torch.Tensor:
+    """Particle masses with an attention sink: token 0 carries ``sink_mass``, the others share the rest."""
+    n = check_positive_int(n, "n", minimum=2)
+    if isinstance(sink_mass, bool) or not isinstance(sink_mass, numbers.Real) or not 0 <= sink_mass < 1:
+        raise ValueError(f"sink_mass must be a number in [0, 1), got {sink_mass!r}")
+    if sink_mass == 0:
+        return torch.full((n,), 1.0 / n, dtype=dtype, device=device)
+    w = torch.full((n,), (1.0 - sink_mass) / (n - 1), dtype=dtype, device=device)
+    w[0] = sink_mass
+    return w
+
+
+def _weights(n: int, weights, sink_mass, dtype, device) -> torch.Tensor:
+    if weights is not None and sink_mass:
+        raise ValueError("give either weights or sink_mass, not both")
+    if weights is None:
+        return sink_weights(n, sink_mass or 0.0, dtype=dtype, device=device) if n >= 2 else \
+            torch.ones(1, dtype=dtype, device=device)
+    w = check_finite(as_tensor(weights, "weights"), "weights").to(dtype=dtype, device=device)
+    if w.shape != (n,):
+        raise ValueError(f"weights must have shape ({n},) (one mass per token), got {tuple(w.shape)}")
+    if bool((w <= 0).any()):
+        raise ValueError("weights must be positive")
+    if abs(float(w.sum()) - 1) > 1e-6:
+        raise ValueError(f"weights must sum to 1, sum to {float(w.sum()):.6g}")
+    return w
+
+
+def _check_x(x) -> torch.Tensor:
+    t = check_ndim(as_tensor(x, "x"), "x", 2, at_least=True)
+    return check_finite(t, "x")
+
+
+def _sinkhorn_rows(logits: torch.Tensor, logw: torch.Tensor, tol: float, max_iter: int
+                   ) -> torch.Tensor:
+    r"""Row-conditional Sinkhorn plan :math:`P_{ij} = \pi_{ij}/w_i` with both marginals ``w``.
+
+    Log-domain alternating scaling: :math:`f_i = -\log\sum_j w_j e^{L_{ij} + g_j}`,
+    :math:`g_j = -\log\sum_i w_i e^{L_{ij} + f_i}`; stops when the column marginal
+    :math:`\sum_i w_i P_{ij}` matches :math:`w_j` to relative ``tol``.
+    """
+    g = torch.zeros(logits.shape[:-2] + logits.shape[-1:], dtype=logits.dtype, device=logits.device)
+    lw = logw
+    err = float("inf")
+    for _ in range(max_iter):
+        f = -torch.logsumexp(logits + (g + lw).unsqueeze(-2), dim=-1)
+        colsum = torch.logsumexp(logits + (f + lw).unsqueeze(-1), dim=-2)   # = -g_new
+        err = float((colsum + g).exp().sub(1).abs().max())
+        if err <= tol:
+            break
+        g = -colsum
+    else:
+        f = -torch.logsumexp(logits + (g + lw).unsqueeze(-2), dim=-1)
+        msg = (f"Sinkhorn did not converge in {max_iter} iterations (column error {err:.2e} > tol "
+               f"{tol:.1e}); raise sinkhorn_max_iter or shrink A")
+        if not math.isfinite(err):
+            raise SinkhornNotConverged(msg)
+        warnings.warn(msg, SinkhornWarning, stacklevel=4)
+    return (logits + f.unsqueeze(-1) + (g + lw).unsqueeze(-2)).exp()
+
+
+def _prepare(x, kind, A, V, Q, K, heads, causal, weights, sink_mass, bias, params=None):
+    """Shared argument checks of :func:`attention_matrix`, :func:`velocity` and :func:`simulate`."""
+    X = _check_x(x)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if isinstance(bias, bool) or not isinstance(bias, numbers.Real) or not math.isfinite(bias):
+        raise TypeError(f"bias must be a finite real number, got {bias!r}")
+    n, d = X.shape[-2], X.shape[-1]
+    p = params if params is not None else resolve_params(
+        d, kind=kind, A=A, V=V, Q=Q, K=K, heads=heads, dtype=X.dtype, device=X.device)
+    if causal and p.kind == "sinkhorn":
+        raise ValueError("kind 'sinkhorn' has no causal version: the only doubly stochastic "
+                         "lower-triangular matrix is the identity")
+    w = _weights(n, weights, sink_mass, X.dtype, X.device)
+    return X, p, w
+
+
+def _sinkhorn_options(dtype, tol, max_iter):
+    tol = tol if tol is not None else (1e-10 if dtype == torch.float64 else 1e-5)
+    return check_positive(tol, "sinkhorn_tol"), check_positive_int(max_iter, "sinkhorn_max_iter")
+
+
+def _logits(X: torch.Tensor, p: AttentionParams) -> torch.Tensor:
+    r"""Scores :math:`\langle A_h x_i, x_j\rangle` (ℓ²: :math:`2\langle K_h^\top Q_h x_i, x_j\rangle - |K_h x_j|^2`)."""
+    Xh = X.unsqueeze(-3)                                  # (..., 1, n, d)
+    L = (Xh @ p.A.mT) @ Xh.mT                             # (..., H, n, n)
+    if p.kind == "l2":
+        # -|Q x_i - K x_j|^2 = -|Q x_i|^2 + 2<K^T Q x_i, x_j> - |K x_j|^2; the first term is
+        # constant along row i and cancels in the normalisation over j.
+        key_sq = ((Xh @ p.G) * Xh).sum(-1)                # x_j^T K^T K x_j, (..., H, n)
+        L = 2 * L - key_sq.unsqueeze(-2)
+    return L
+
+
+def _interaction(X, p, w, causal, bias, sink_tol, sink_iter, uniform: bool) -> torch.Tensor:
+    """The matrices :math:`P^h_{ij}` (see :func:`attention_matrix`)."""
+    n = X.shape[-2]
+    L = _logits(X, p)
+    mask = torch.ones(n, n, dtype=torch.bool, device=X.device).tril() if causal else None
+    if p.kind == "sinkhorn":
+        return _sinkhorn_rows(L, w.log(), sink_tol, sink_iter)
+    if p.kind in ("softmax", "l2"):
+        if not uniform:
+            L = L + w.log()
+        if mask is not None:
+            L = L.masked_fill(~mask, float("-inf"))
+        return torch.softmax(L, dim=-1)
+    P = torch.sigmoid(L + bias) * w if p.kind == "sigmoid" else L * w
+    return P if mask is None else P.masked_fill(~mask, 0.0)
+
+
+def _field(X, p, w, causal, bias, sink_tol, sink_iter, sphere, uniform) -> torch.Tensor:
+    """The velocity of every token; the unmasked softmax/ℓ² path avoids forming P (2x faster)."""
+    XV = X.unsqueeze(-3) @ p.V.mT                         # (..., H, n, d): V_h x_j
+    if p.kind in ("softmax", "l2") and not causal:
+        # Rows of P in blocks of ~2^21 entries: the n x n matrix is never held at once, so large
+        # n stays in cache instead of allocating (and page-faulting) a fresh n x n buffer per call.
+        Xh = X.unsqueeze(-3)
+        AX = Xh @ p.A.mT                                  # rows A_h x_i (ℓ²: K^T Q x_i)
+        bias_j = None
+        if p.kind == "l2":
+            bias_j = -((Xh @ p.G) * Xh).sum(-1).unsqueeze(-2)  # -|K x_j|^2, (..., H, 1, n)
+            AX = 2 * AX
+        if not uniform:
+            bias_j = w.log() if bias_j is None else bias_j + w.log()
+        n = X.shape[-2]
+        rows = max(1, (1 << 21) // max(1, n * p.heads * max(1, X[..., 0, 0].numel())))
+        parts = []
+        for r0 in range(0, n, rows):
+            L = AX[..., r0:r0 + rows, :] @ Xh.mT          # (..., H, rows, n)
+            if bias_j is not None:
+                L += bias_j
+            L -= L.amax(-1, keepdim=True)                 # stable exponentials
+            E = L.exp_()
+            parts.append((E @ XV) / E.sum(-1, keepdim=True))
+        out = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)).sum(-3)
+    else:
+        P = _interaction(X, p, w, causal, bias, sink_tol, sink_iter, uniform)
+        out = (P @ XV).sum(-3)                            # sum_h P^h X V_h^T
+    if sphere:
+        out = out - (out * X).sum(-1, keepdim=True) * X / (X * X).sum(-1, keepdim=True)
+    return out
+
+
+def attention_matrix(x, *, kind: str, A=None, V=None, Q=None, K=None, heads=None,
+                     causal: bool = False, weights=None, sink_mass: float = 0.0, bias: float = 0.0,
+                     sinkhorn_tol: float | None = None, sinkhorn_max_iter: int = 2000):
+    r"""The interaction matrices :math:`P^h_{ij}` with :math:`\dot x_i = \sum_h \sum_j P^h_{ij} V_h x_j`.
+
+    Shape ``(..., H, n, n)``. Rows sum to one for softmax, ℓ², Sinkhorn and multihead
+    (:math:`P_{ij} \propto w_j e^{\text{score}_{ij}}`); for sigmoid
+    :math:`P_{ij} = w_j\sigma(\langle Ax_i,x_j\rangle + b)`, for linear
+    :math:`P_{ij} = w_j\langle Ax_i, x_j\rangle`. Same arguments as :func:`velocity`.
+    """
+    is_numpy = isinstance(x, np.ndarray)
+    X, p, w = _prepare(x, kind, A, V, Q, K, heads, causal, weights, sink_mass, bias)
+    tol, it = _sinkhorn_options(X.dtype, sinkhorn_tol, sinkhorn_max_iter)
+    P = _interaction(X, p, w, causal, bias, tol, it, uniform=weights is None and not sink_mass)
+    return P.cpu().numpy() if is_numpy else P
+
+
+def velocity(x, *, kind: str, A=None, V=None, Q=None, K=None, heads=None, causal: bool = False,
+             weights=None, sink_mass: float = 0.0, bias: float = 0.0, sphere: bool = False,
+             sinkhorn_tol: float | None = None, sinkhorn_max_iter: int = 2000):
+    r"""Velocity :math:`\Gamma_{\mu_n}(x_i) = \sum_h \sum_j P^h_{ij} V_h x_j` of every token.
+
+    ``x``: ``(n, d)`` or ``(..., n, d)`` (NumPy in → NumPy out). ``kind`` is one of
+    :data:`KINDS`; see the module docstring for ``A, V, Q, K, heads, causal, sink_mass``.
+    ``weights``: particle masses ``(n,)`` (positive, summing to one; default ``1/n``).
+    ``bias``: the sigmoid's :math:`b`. ``sphere=True`` projects the velocity on the tangent
+    space of the sphere, :math:`v_i - \langle v_i, x_i\rangle x_i/|x_i|^2` (the dynamics of
+    tokens normalised at every layer). Returns the same shape as ``x``.
+    """
+    is_numpy = isinstance(x, np.ndarray)
+    if not isinstance(sphere, bool):
+        raise TypeError(f"sphere must be a bool, got {type(sphere).__name__}")
+    X, p, w = _prepare(x, kind, A, V, Q, K, heads, causal, weights, sink_mass, bias)
+    tol, it = _sinkhorn_options(X.dtype, sinkhorn_tol, sinkhorn_max_iter)
+    out = _field(X, p, w, causal, bias, tol, it, sphere, uniform=weights is None and not sink_mass)
+    return out.cpu().numpy() if is_numpy else out
+
+
+def simulate(x0, t, *, kind: str, A=None, V=None, Q=None, K=None, heads=None, causal: bool = False,
+             weights=None, sink_mass: float = 0.0, bias: float = 0.0, sphere: bool = False,
+             method: str = "rk4", step: float = 0.01, rtol: float = 1e-6, atol: float = 1e-9,
+             max_abs: float = 1e8, sinkhorn_tol: float | None = None, sinkhorn_max_iter: int = 2000,
+             device=None, progress: bool | None = None):
+    r"""Token positions :math:`x_i(t)` of :math:`\dot x_i = \Gamma_{\mu_n(t)}(x_i)` at the times ``t``.
+
+    ``x0``: ``(n, d)`` or a batch ``(..., n, d)`` of independent systems, integrated together.
+    ``t``: strictly increasing times, ``t[0]`` the time of ``x0``. ``method="rk4"`` (fixed step
+    at most ``step``) or ``"dopri5"`` (adaptive, ``rtol``/``atol``). ``device``: where to compute
+    (default: ``x0``'s device for a tensor, :func:`attnbook.device.default_device` for NumPy
+    input). Returns ``(len(t), ..., n, d)`` — NumPy for NumPy input. A state that stops being
+    finite or exceeds ``max_abs`` raises :class:`attnbook.flows.BlowUpError` (the linear
+    kind can blow up in finite time; normalised kinds grow at most exponentially).
+    ``progress``: a tqdm bar (default: only for runs of 2000 steps or more).
+    """
+    is_numpy = isinstance(x0, np.ndarray)
+    if not isinstance(sphere, bool):
+        raise TypeError(f"sphere must be a bool, got {type(sphere).__name__}")
+    X0 = _check_x(x0)
+    dev = default_device(device) if (device is not None or is_numpy) else X0.device
+    X0, p, w = _prepare(X0.to(dev), kind, A, V, Q, K, heads, causal, weights, sink_mass, bias)
+    times = check_times(t)
+    if method not in ("rk4", "dopri5"):
+        raise ValueError(f"unknown method {method!r}; expected one of ('rk4', 'dopri5')")
+    tol, it = _sinkhorn_options(X0.dtype, sinkhorn_tol, sinkhorn_max_iter)
+    uniform = weights is None and not sink_mass
+
+    def rhs(_t, X):
+        return _field(X, p, w, causal, bias, tol, it, sphere, uniform)
+
+    opts = dict(max_abs=max_abs, progress=progress)
+    if method == "rk4":
+        opts["step"] = step
+    else:
+        opts.update(rtol=rtol, atol=atol)
+    try:
+        traj = odeint(rhs, X0, times, method=method, **opts)
+    except BlowUpError as err:
+        raise BlowUpError(f"kind={p.kind!r}: {err}", err.time, err.partial, err.times) from None
+    return traj.cpu().numpy() if is_numpy else traj
+
+
+def partition_function(x, *, A=None, weights=None):
+    r""":math:`Z_\mu(x_i) = \sum_j w_j e^{\langle A x_i, x_j\rangle}` for every token, ``(..., n)``."""
+    is_numpy = isinstance(x, np.ndarray)
+    X = _check_x(x)
+    p = resolve_params(X.shape[-1], kind="softmax", A=A, dtype=X.dtype, device=X.device)
+    if p.heads != 1:
+        raise ValueError("A must be a single (d, d) matrix here")
+    w = _weights(X.shape[-2], weights, 0.0, X.dtype, X.device)
+    Z = torch.exp((X @ p.A[0].mT) @ X.mT) @ w
+    return Z.cpu().numpy() if is_numpy else Z
+
+
+def interaction_energy(x, *, A=None, weights=None):
+    r"""The interaction energy :math:`E(\mu) = \tfrac12 \iint e^{\langle Ax,y\rangle} d\mu(x)\,d\mu(y)`.
+
+    For symmetric ``A``, :math:`\delta E/\delta\mu = Z_\mu` and the softmax velocity is
+    :math:`V A^{-1}\nabla Z_\mu / Z_\mu` (see the gradient-flow chapter). Batched: ``(...)``.
+    """
+    is_numpy = isinstance(x, np.ndarray)
+    X = _check_x(x)
+    w = _weights(X.shape[-2], weights, 0.0, X.dtype, X.device)
+    Z = torch.as_tensor(partition_function(X, A=A, weights=w))
+    E = 0.5 * (Z * w).sum(-1)
+    return E.cpu().numpy() if is_numpy else E
+
+
+def sample_gaussian(n: int, mean, cov, *, seed: int | None = None, generator=None,
+                    exact_moments: bool = False, batch: tuple[int, ...] = (),
+                    dtype=torch.float64, device=None) -> torch.Tensor:
+    r"""``n`` draws of :math:`N(\text{mean}, \text{cov})`, shape ``(*batch, n, d)``, seeded.
+
+    ``exact_moments=True`` recentres and rewhitens each cloud so that its empirical mean and
+    (1/n-normalised) covariance equal ``mean`` and ``cov`` exactly — a particle approximation
+    whose first two moments carry no sampling error (only higher moments fluctuate).
+    Draws are made on the CPU (the same numbers everywhere), then moved to ``device``.
+    """
+    n = check_positive_int(n, "n", minimum=2)
+    m = check_finite(as_tensor(mean, "mean"), "mean").to(dtype)
+    C = check_finite(as_tensor(cov, "cov"), "cov").to(dtype)
+    if m.dim() != 1:
+        raise ValueError(f"mean must be a vector (d,), got shape {tuple(m.shape)}")
+    d = m.shape[0]
+    if C.shape != (d, d):
+        raise ValueError(f"cov must be {d}x{d} to match mean, got shape {tuple(C.shape)}")
+    if not torch.allclose(C, C.mT, atol=1e-10, rtol=1e-8):
+        raise ValueError("cov must be symmetric")
+    evals, evecs = torch.linalg.eigh(C)
+    if float(evals.min()) < -1e-10 * max(1.0, float(evals.abs().max())):
+        raise ValueError(f"cov must be positive semi-definite, smallest eigenvalue {float(evals.min()):.3g}")
+    root = evecs * evals.clamp_min(0).sqrt()              # root @ root.T = C
+    gen = resolve_generator(seed, generator)
+    z = torch.randn(*batch, n, d, generator=gen, dtype=dtype)
+    if exact_moments:
+        if n <= d:
+            raise ValueError(f"exact_moments needs n > d, got n = {n}, d = {d}")
+        z = z - z.mean(-2, keepdim=True)
+        S = z.mT @ z / n
+        L = torch.linalg.cholesky(S)
+        z = torch.linalg.solve_triangular(L, z.mT, upper=False).mT   # empirical cov = I
+    X = m + z @ root.mT
+    return X.to(default_device(device)) if device is not None else X
