@@ -53,7 +53,10 @@ book: venv $(MATHJAX_DIR)/tex-chtml.js
 sync-notebooks: venv
 	$(PY) -m attnbook.build_tools sync-notebooks
 
+# devinterp is the reference SGLD of the copy-head benchmark; only its optimiser is used, so
+# its heavy dependencies (transformers, datasets, ...) are skipped with --no-deps
 bench: venv
+	@$(PY) -c "import devinterp" 2>/dev/null || $(PY) -m pip install --quiet --no-deps "devinterp==2.0.1"
 	@for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:

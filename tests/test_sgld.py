@@ -1,0 +1,122 @@
+import numpy as np
+import pytest
+import torch
+
+from attnbook import sgld
+
+torch.set_num_threads(1)
+
+
+def gaussian_potential(mean, prec):
+    def U(theta):
+        d = theta - mean
+        return 0.5 * torch.einsum("ci,ij,cj->c", d, prec, d)
+    return U
+
+
+def test_gaussian_moments_and_diagnostics():
+    mean = torch.tensor([1.0, -2.0], dtype=torch.float64)
+    cov = torch.tensor([[1.0, 0.6], [0.6, 2.0]], dtype=torch.float64)
+    U = gaussian_potential(mean, torch.linalg.inv(cov))
+    init = torch.zeros(64, 2, dtype=torch.float64)
+    res = sgld.sample(U, init, step_size=0.05, n_steps=12000, burn_in=2000, thin=10, seed=0)
+    x = res.samples
+    assert x.shape == (1000, 64, 2)
+    flat = x.reshape(-1, 2)
+    # Monte Carlo error of the mean from the sampler's own effective sample size
+    mc_err = torch.sqrt(torch.diagonal(cov) / res.ess)
+    assert torch.all((flat.mean(0) - mean).abs() < 4 * mc_err)
+    emp_cov = torch.cov(flat.T)
+    # SGLD's O(η) discretisation bias: for a Gaussian the stationary covariance is
+    # inflated by about (1 + η/4 · λ) ≤ 2 % here; tolerate 6 % + MC error
+    assert torch.allclose(emp_cov, cov, rtol=0.06, atol=0.04)
+    assert res.diagnostics["max_rhat"] < 1.05
+    assert res.diagnostics["min_ess"] > 500
+    assert res.rhat.shape == (2,) and res.ess.shape == (2,)
+    assert res.diagnostics["potential"].shape == (1000, 64)
+
+
+def test_bias_shrinks_with_step_size():
+    # 1-d Gaussian with precision 4: the exact SGLD stationary variance is
+    # 1/(λ(1 − ηλ/4)) for the discretised Ornstein-Uhlenbeck process
+    lam = 4.0
+    U = lambda th: 0.5 * lam * (th ** 2).sum(-1)  # noqa: E731
+    vs = []
+    for eta in (0.2, 0.05):
+        res = sgld.sample(U, torch.zeros(2000, 1, dtype=torch.float64), step_size=eta,
+                          n_steps=1500, burn_in=300, thin=3, seed=1)
+        v = float(res.samples.var())
+        exact = 1 / (lam * (1 - eta * lam / 4))
+        assert v == pytest.approx(exact, rel=0.03)
+        vs.append(v)
+    assert abs(vs[1] - 1 / lam) < abs(vs[0] - 1 / lam)
+
+
+def test_minibatch_gradients_unbiased():
+    # posterior of a Gaussian mean with N data points, minibatches of 10 rescaled by N/10
+    g = torch.Generator().manual_seed(3)
+    data = 1.5 + torch.randn(200, generator=g, dtype=torch.float64)
+    N, n = len(data), 10
+
+    def U(theta, idx):
+        return 0.5 * theta[:, 0] ** 2 + (N / n) * 0.5 * ((theta - data[idx][None, :]) ** 2).sum(-1)
+
+    def batch(step, gen):
+        return torch.randint(N, (n,), generator=gen)
+
+    res = sgld.sample(U, torch.zeros(200, 1, dtype=torch.float64), step_size=2e-4, n_steps=2000,
+                      burn_in=500, thin=5, seed=0, minibatch=batch)
+    post_mean = data.sum() / (N + 1)
+    assert float(res.samples.mean()) == pytest.approx(float(post_mean), abs=0.02)
+
+
+def test_reproducible_and_per_chain_steps():
+    U = lambda th: 0.5 * (th ** 2).sum(-1)  # noqa: E731
+    a = sgld.sample(U, torch.zeros(4, 3), step_size=0.1, n_steps=50, seed=7).samples
+    b = sgld.sample(U, torch.zeros(4, 3), step_size=0.1, n_steps=50, seed=7).samples
+    assert torch.equal(a, b)
+    c = sgld.sample(U, np.zeros((4, 3)), step_size=np.array([0.1, 0.1, 0.01, 0.01]), n_steps=50, seed=7)
+    assert c.samples.shape == (50, 4, 3)
+
+
+def test_divergence_is_reported_not_nan():
+    U = lambda th: 0.5 * 1e4 * (th ** 2).sum(-1)  # noqa: E731
+    with pytest.raises(sgld.SGLDDivergence, match="smaller step_size"):
+        sgld.sample(U, torch.ones(3, 2), step_size=1.0, n_steps=2000, seed=0)
+
+
+def test_validation():
+    U = lambda th: (th ** 2).sum(-1)  # noqa: E731
+    with pytest.raises(ValueError, match="step_size"):
+        sgld.sample(U, torch.zeros(2, 2), step_size=-1.0, n_steps=10)
+    with pytest.raises(ValueError, match="burn_in"):
+        sgld.sample(U, torch.zeros(2, 2), step_size=0.1, n_steps=10, burn_in=10)
+    with pytest.raises(TypeError, match="potential"):
+        sgld.sample(3, torch.zeros(2, 2), step_size=0.1, n_steps=10)
+    with pytest.raises(ValueError, match="init"):
+        sgld.sample(U, torch.tensor([np.nan, 0.0]).reshape(2, 1), step_size=0.1, n_steps=10)
+    with pytest.raises(ValueError, match="shape"):
+        sgld.sample(lambda th: th.sum(), torch.zeros(2, 2), step_size=0.1, n_steps=10)
+    with pytest.raises(TypeError, match="n_steps"):
+        sgld.sample(U, torch.zeros(2, 2), step_size=0.1, n_steps=1.5)
+
+
+def test_rhat_and_ess_on_known_draws():
+    g = torch.Generator().manual_seed(0)
+    iid = torch.randn(1000, 8, 3, generator=g, dtype=torch.float64)
+    assert torch.all((sgld.split_rhat(iid) - 1).abs() < 0.01)
+    ess = sgld.effective_sample_size(iid)
+    assert torch.all((ess > 6000) & (ess < 10500))
+    # AR(1) with coefficient φ: ESS/N = (1 − φ)/(1 + φ)
+    phi = 0.9
+    x = torch.zeros(4000, 8, dtype=torch.float64)
+    e = torch.randn(4000, 8, generator=g, dtype=torch.float64)
+    for t in range(1, 4000):
+        x[t] = phi * x[t - 1] + e[t]
+    ess_ar = float(sgld.effective_sample_size(x))
+    assert ess_ar == pytest.approx(32000 * (1 - phi) / (1 + phi), rel=0.25)
+    # chains stuck at different places: R-hat far above 1
+    shifted = iid + torch.arange(8, dtype=torch.float64)[None, :, None]
+    assert torch.all(sgld.split_rhat(shifted) > 1.5)
+    with pytest.raises(ValueError, match="samples"):
+        sgld.split_rhat(torch.zeros(3, 2))
