@@ -6,6 +6,10 @@
 * :mod:`~attnbook.pde.gaussian` — those equations integrated (:func:`gaussian_flow`).
 * :mod:`~attnbook.pde.closed_forms` — hand-written closed forms used as references.
 * :mod:`~attnbook.pde.wasserstein` — W₂ between particle clouds and between Gaussians.
+* :mod:`~attnbook.pde.meanfield` — the mean-field limit measured: exact 1-D W₂ to a Gaussian,
+  rates, particle Jacobians and stability constants.
+* :mod:`~attnbook.pde.gradient_flow` — energy, the Z-weighted metric, Sinkhorn as a
+  Bures–Wasserstein gradient flow, W₂ geodesics.
 """
 from .particles import (KINDS, AttentionParams, BlowUpError, attention_matrix, interaction_energy,
                         partition_function, resolve_params, sample_gaussian, simulate, sink_weights,
@@ -16,6 +20,14 @@ from .symbolic import derive_moment_equations, moment_rhs
 from .closed_forms import (clustering_limit, identity_value_blowup_time, identity_value_covariance,
                            scalar_blowup_time, scalar_softmax_mean, scalar_softmax_variance)
 from .wasserstein import bures_wasserstein, conditional_w2, w2_particles
+from .meanfield import (RateFit, coupling_distance, fit_rate, gelbrich_distance,
+                        one_sided_lipschitz, optimal_matching, particle_jacobian,
+                        w2_particles_batch, w2_to_gaussian_1d)
+from .gradient_flow import (EnergyBalance, bures_wasserstein_rhs, displacement_interpolation,
+                            energy_balance, energy_rate, gaussian_energy, metric_norm_sq,
+                            metric_tensor, partition_gradient, sinkhorn_self_cost,
+                            sinkhorn_self_cost_particles, symmetric_gradient_fd,
+                            twisted_velocity)
 
 __all__ = ["KINDS", "AttentionParams", "BlowUpError", "attention_matrix", "interaction_energy",
            "partition_function", "resolve_params", "sample_gaussian", "simulate", "sink_weights",
@@ -23,4 +35,10 @@ __all__ = ["KINDS", "AttentionParams", "BlowUpError", "attention_matrix", "inter
            "covariance_flow", "gaussian_flow", "moment_field", "derive_moment_equations",
            "moment_rhs", "clustering_limit", "identity_value_blowup_time",
            "identity_value_covariance", "scalar_blowup_time", "scalar_softmax_mean",
-           "scalar_softmax_variance", "bures_wasserstein", "conditional_w2", "w2_particles"]
+           "scalar_softmax_variance", "bures_wasserstein", "conditional_w2", "w2_particles",
+           "RateFit", "coupling_distance", "fit_rate", "gelbrich_distance", "one_sided_lipschitz",
+           "optimal_matching", "particle_jacobian", "w2_particles_batch", "w2_to_gaussian_1d",
+           "EnergyBalance", "bures_wasserstein_rhs", "displacement_interpolation",
+           "energy_balance", "energy_rate", "gaussian_energy", "metric_norm_sq", "metric_tensor",
+           "partition_gradient", "sinkhorn_self_cost", "sinkhorn_self_cost_particles",
+           "symmetric_gradient_fd", "twisted_velocity"]

@@ -31,7 +31,7 @@ __all__ = ["GAUSSIAN_FLOW_KINDS", "GaussianFlow", "gaussian_flow", "check_covari
            "CovarianceFlow", "covariance_flow", "moment_field"]
 
 GAUSSIAN_FLOW_KINDS = ("softmax", "l2", "sinkhorn", "linear", "multihead")
-_ALIASES = {"multi-head": "multihead", "multi_head": "multihead"}
+from .particles import _ALIASES  # one table of kind aliases for the whole subpackage
 
 
 @dataclass

@@ -57,7 +57,9 @@ __all__ = ["KINDS", "AttentionParams", "resolve_params", "attention_matrix", "ve
            "sink_weights", "BlowUpError"]
 
 KINDS = ("softmax", "l2", "sinkhorn", "sigmoid", "linear", "multihead")
-_ALIASES = {"multi-head": "multihead", "multi_head": "multihead", "ell2": "l2", "L2": "l2"}
+_ALIASES = {"multi-head": "multihead", "multi_head": "multihead",
+            "multi-head softmax": "multihead", "multihead_softmax": "multihead",
+            "multihead-softmax": "multihead", "ell2": "l2", "L2": "l2", "ℓ²": "l2"}
 
 
 @dataclass

@@ -1,0 +1,290 @@
+r"""The mean-field limit, measured: distances to the limit, rates, stability constants.
+
+A particle system is an *exact* solution of the Transformer PDE
+:math:`\partial_t\mu + \operatorname{div}(\mu\,\Gamma_\mu) = 0` started from the empirical
+measure :math:`\mu_n(0)`. So the mean-field error is the initial sampling error propagated by the
+stability estimate of Castin et al. (2025),
+
+.. math:: W_2(\mu_n(t), \mu(t)) \le C(t)\, W_2(\mu_n(0), \mu(0)),
+
+and its rate in :math:`n` is the rate of empirical measures. The tools here measure both sides:
+
+* :func:`w2_to_gaussian_1d` — the *exact* :math:`W_2` between a 1-D cloud and a Gaussian,
+  through quantile functions: :math:`W_2^2 = \int_0^1 |F_n^{-1}(u) - F^{-1}(u)|^2 du`.
+* :func:`gelbrich_distance` — the Bures–Wasserstein distance between the cloud's empirical
+  moments and a Gaussian (a lower bound on :math:`W_2`, Gelbrich's bound).
+* :func:`w2_particles_batch` — exact OT between many pairs of clouds.
+* :func:`fit_rate` — the log–log slope of an error against :math:`n`.
+* :func:`particle_jacobian`, :func:`one_sided_lipschitz`, :func:`coupling_distance`,
+  :func:`optimal_matching` — the Gronwall side: with the synchronous coupling
+  :math:`D(t)^2 = \sum_i w_i |x_i(t) - y_i(t)|^2` of two systems,
+  :math:`\dot D \le \Lambda(t) D` where :math:`\Lambda` is the largest eigenvalue of the symmetric
+  part of the particle Jacobian (in the :math:`w`-weighted inner product), so
+  :math:`W_2(t) \le D(t) \le e^{\int_0^t \Lambda} D(0)`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from scipy.stats import norm
+
+from ..validation import as_tensor, check_finite
+from .particles import _check_x, _interaction, _prepare
+
+__all__ = ["w2_to_gaussian_1d", "gelbrich_distance", "w2_particles_batch", "RateFit",
+           "fit_rate", "particle_jacobian", "one_sided_lipschitz", "coupling_distance",
+           "optimal_matching"]
+
+
+def _numpy(x, name) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be an array of numbers, got {type(x).__name__}") from None
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains non-finite values")
+    return arr
+
+
+def w2_to_gaussian_1d(x, mean, var) -> np.ndarray:
+    r"""Exact :math:`W_2(\frac1n\sum_i\delta_{x_i}, N(m, s^2))` for 1-D clouds, batched.
+
+    ``x``: ``(..., n)`` or ``(..., n, 1)``; ``mean``, ``var``: scalars or broadcastable to the
+    batch ``(...)``. With the sorted cloud :math:`x_{(1)} \le \dots \le x_{(n)}`, the quantile
+    coupling gives
+
+    .. math:: W_2^2 = \frac1n\sum_i x_{(i)}^2 - 2\sum_i x_{(i)} I_i + m^2 + s^2,\quad
+              I_i = \int_{(i-1)/n}^{i/n} F^{-1}(u)\,du = \frac mn + s\,(\varphi(z_{i-1}) - \varphi(z_i)),
+
+    :math:`z_i = \Phi^{-1}(i/n)` (so :math:`\varphi(z_0) = \varphi(z_n) = 0`).
+    """
+    X = _numpy(x, "x")
+    if X.ndim >= 2 and X.shape[-1] == 1:            # (..., n, 1) -> (..., n)
+        X = X[..., 0]
+    if X.ndim < 1 or X.shape[-1] < 1:
+        raise ValueError(f"x must be a 1-D cloud (..., n) or (..., n, 1), got shape {X.shape}")
+    m, v = _numpy(mean, "mean"), _numpy(var, "var")
+    if np.any(v <= 0):
+        raise ValueError("var must be positive")
+    n = X.shape[-1]
+    z = norm.ppf(np.arange(n + 1) / n)
+    phi = norm.pdf(z)
+    phi[0] = phi[-1] = 0.0
+    Xs = np.sort(X, axis=-1)
+    first = m * Xs.mean(-1)
+    second = (Xs * (phi[:-1] - phi[1:])).sum(-1) * np.sqrt(v)
+    w2sq = (Xs ** 2).mean(-1) - 2 * (first + second) + m ** 2 + v
+    return np.sqrt(np.maximum(w2sq, 0.0))
+
+
+def _sqrtm_psd(S: np.ndarray) -> np.ndarray:
+    w, U = np.linalg.eigh((S + np.swapaxes(S, -1, -2)) / 2)
+    return (U * np.sqrt(np.clip(w, 0, None))[..., None, :]) @ np.swapaxes(U, -1, -2)
+
+
+def gelbrich_distance(x, mean, cov) -> np.ndarray:
+    r"""Bures–Wasserstein distance between the clouds' moments and :math:`N(\text{mean}, \text{cov})`.
+
+    ``x``: ``(..., n, d)``; ``mean`` ``(d,)``, ``cov`` ``(d, d)`` (or batched like ``x``).
+    With :math:`\hat m, \hat\Sigma` the empirical mean and (1/n) covariance,
+    :math:`G^2 = |\hat m - m|^2 + \operatorname{tr}(\hat\Sigma + \Sigma - 2(\hat\Sigma^{1/2}\Sigma\hat\Sigma^{1/2})^{1/2})`.
+    Gelbrich's inequality: :math:`G \le W_2(\mu_n, N(m,\Sigma))`. Returns ``(...)``.
+    """
+    X = _numpy(x, "x")
+    if X.ndim < 2:
+        raise ValueError(f"x must be a cloud (..., n, d), got shape {X.shape}")
+    d = X.shape[-1]
+    m, S = _numpy(mean, "mean"), _numpy(cov, "cov")
+    if m.shape[-1:] != (d,) or S.shape[-2:] != (d, d):
+        raise ValueError(f"mean must be (d,) and cov (d, d) with d = {d}, got {m.shape}, {S.shape}")
+    mu = X.mean(-2)
+    Z = X - mu[..., None, :]
+    C = np.swapaxes(Z, -1, -2) @ Z / X.shape[-2]
+    R = _sqrtm_psd(C)
+    cross = _sqrtm_psd(R @ S @ R)
+    tr = np.trace(C + S - 2 * cross, axis1=-2, axis2=-1)
+    return np.sqrt(np.maximum(((mu - m) ** 2).sum(-1) + tr, 0.0))
+
+
+def w2_particles_batch(x, y) -> np.ndarray:
+    r"""Exact :math:`W_2` between ``x[b]`` and ``y[b]`` for every batch index (uniform masses).
+
+    ``x``: ``(..., n, d)``, ``y``: ``(..., m, d)`` with the same batch shape. Exact OT has no
+    batched solver: this loops over the batch with POT's network simplex (``ot.emd2``).
+    """
+    import ot
+    X, Y = _numpy(x, "x"), _numpy(y, "y")
+    if X.ndim < 2 or Y.ndim < 2 or X.shape[:-2] != Y.shape[:-2] or X.shape[-1] != Y.shape[-1]:
+        raise ValueError(f"x and y must be (..., n, d) and (..., m, d) with the same batch and d, "
+                         f"got {X.shape} and {Y.shape}")
+    batch = X.shape[:-2]
+    Xf, Yf = X.reshape(-1, *X.shape[-2:]), Y.reshape(-1, *Y.shape[-2:])
+    a, b = np.full(X.shape[-2], 1 / X.shape[-2]), np.full(Y.shape[-2], 1 / Y.shape[-2])
+    out = np.array([ot.emd2(a, b, ot.dist(xb, yb), numItermax=1_000_000) for xb, yb in zip(Xf, Yf)])
+    return np.sqrt(np.maximum(out, 0.0)).reshape(batch)
+
+
+@dataclass
+class RateFit:
+    r"""A power law :math:`\text{error} \approx c\, n^{\text{slope}}` fitted on log–log axes."""
+
+    slope: float           #: fitted exponent
+    prefactor: float       #: c
+    stderr: float          #: standard error of the slope (least squares; nan with 2 points)
+    n: np.ndarray          #: the sizes
+    values: np.ndarray     #: the (seed-averaged) errors that were fitted
+
+    def __call__(self, n) -> np.ndarray:
+        return self.prefactor * np.asarray(n, float) ** self.slope
+
+
+def fit_rate(n, values) -> RateFit:
+    r"""Least-squares fit of :math:`\log \text{values} = \log c + \text{slope}\cdot\log n`.
+
+    ``values``: ``(len(n),)`` or ``(len(n), seeds)``; with seeds the mean over seeds is fitted.
+    """
+    N = _numpy(n, "n")
+    Y = _numpy(values, "values")
+    if N.ndim != 1 or len(N) < 2 or np.any(N <= 0):
+        raise ValueError(f"n must be at least two positive sizes, got {N}")
+    if Y.shape[0] != len(N) or Y.ndim not in (1, 2):
+        raise ValueError(f"values must be (len(n),) or (len(n), seeds), got shape {Y.shape}")
+    if Y.ndim == 2:
+        Y = Y.mean(1)
+    if np.any(Y <= 0):
+        raise ValueError("values must be positive to be fitted on log-log axes")
+    lx, ly = np.log(N), np.log(Y)
+    slope, icpt = np.polyfit(lx, ly, 1)
+    if len(N) > 2:
+        res = ly - (icpt + slope * lx)
+        stderr = float(np.sqrt(res @ res / (len(N) - 2) / ((lx - lx.mean()) ** 2).sum()))
+    else:
+        stderr = math.nan
+    return RateFit(float(slope), float(np.exp(icpt)), stderr, N, Y)
+
+
+def particle_jacobian(x, *, kind: str = "softmax", A=None, V=None, Q=None, K=None, heads=None,
+                      causal: bool = False, weights=None, bias: float = 0.0):
+    r"""Jacobian of the particle velocity field :math:`X \mapsto (\Gamma_{\mu_X}(x_i))_i`.
+
+    ``x``: ``(n, d)`` or batched ``(..., n, d)``; returns ``(..., n d, n d)`` with rows and columns
+    ordered token-major (entry ``(i d + a, j d + b)`` is :math:`\partial \dot x_{i,a}/\partial x_{j,b}`),
+    computed by automatic differentiation (``torch.func.jacrev``, vectorised over the batch).
+    Sinkhorn is excluded (its fixed-point loop is not differentiated here).
+    """
+    is_numpy = isinstance(x, np.ndarray)
+    X, p, w = _prepare(x, kind, A, V, Q, K, heads, causal, weights, 0.0, bias)
+    if p.kind == "sinkhorn":
+        raise ValueError("kind 'sinkhorn' is not supported by particle_jacobian")
+    uniform = weights is None
+    n, d = X.shape[-2:]
+
+    def field(flat):
+        Y = flat.reshape(n, d)
+        P = _interaction(Y, p, w, causal, bias, 0.0, 1, uniform)
+        return ((P @ (Y.unsqueeze(-3) @ p.V.mT)).sum(-3)).reshape(n * d)
+
+    if p.kind == "softmax":
+        J = _softmax_jacobian(X, p, w, causal, uniform)
+    else:
+        jac = torch.func.jacrev(field)
+        flat = X.reshape(-1, n * d)
+        J = torch.func.vmap(jac)(flat).reshape(*X.shape[:-2], n * d, n * d)
+    return J.cpu().numpy() if is_numpy else J
+
+
+def _softmax_jacobian(X, p, w, causal, uniform) -> torch.Tensor:
+    r"""Closed-form Jacobian of the softmax particle field (summed over heads).
+
+    With :math:`P_{ij}` the attention weights, :math:`m_i = \sum_j P_{ij}x_j` and
+    :math:`C_i = \sum_j P_{ij}(x_j - m_i)(x_j - m_i)^\top`, differentiating
+    :math:`\Gamma_i = \sum_j P_{ij}Vx_j` with scores :math:`\langle Ax_i, x_j\rangle` gives
+
+    .. math:: \frac{\partial\Gamma_i}{\partial x_k} = P_{ik}\,V\big(I + (x_k - m_i)(Ax_i)^\top\big)
+              + \delta_{ik}\,V C_i A .
+
+    Memory :math:`O(n^2d^2)` instead of autograd's :math:`O(n^3 d)`.
+    """
+    n, d = X.shape[-2:]
+    P = _interaction(X, p, w, causal, 0.0, 0.0, 1, uniform)          # (..., H, n, n)
+    Xh = X.unsqueeze(-3)                                             # (..., 1, n, d)
+    Xk = Xh.unsqueeze(-3)                                            # (..., 1, 1, n, d)
+    m = P @ Xh                                                       # (..., H, n, d)
+    AX = Xh @ p.A.mT                                                 # (..., H, n, d): A x_i
+    diff = Xk - m.unsqueeze(-2)                              # (..., H, i, k, d): x_k - m_i
+    I = torch.eye(d, dtype=X.dtype, device=X.device)
+    inner = I + diff.unsqueeze(-1) * AX.unsqueeze(-2).unsqueeze(-2)  # (..., H, i, k, d, d)
+    Vh = p.V[:, None, None]                                          # (H, 1, 1, d, d)
+    blocks = P[..., None, None] * (Vh @ inner)                       # (..., H, i, k, d, d)
+    C = (P.unsqueeze(-1) * Xk).mT @ Xk - m.unsqueeze(-1) * m.unsqueeze(-2)   # (..., H, n, d, d)
+    diag = p.V[:, None] @ C @ p.A[:, None]                           # (..., H, n, d, d)
+    idx = torch.arange(n, device=X.device)
+    blocks = blocks.sum(-5)                                          # heads add up
+    blocks[..., idx, idx, :, :] += diag.sum(-4)
+    return blocks.transpose(-3, -2).reshape(*X.shape[:-2], n * d, n * d)
+
+
+def one_sided_lipschitz(x, *, weights=None, **params):
+    r"""Largest eigenvalue :math:`\Lambda` of the symmetric part of the particle Jacobian.
+
+    In the inner product :math:`\langle X, Y\rangle_w = \sum_i w_i\langle x_i, y_i\rangle`
+    (uniform :math:`w_i = 1/n` by default): :math:`\Lambda = \lambda_{\max}\big(\tfrac12(\tilde J +
+    \tilde J^\top)\big)` with :math:`\tilde J = W^{1/2} J W^{-1/2}`. Two particle systems coupled
+    token by token then satisfy :math:`\tfrac{d}{dt}D \le \Lambda D` to first order in
+    :math:`D = |X - Y|_w`. ``params``: as :func:`particle_jacobian`. Returns ``(...)``.
+    """
+    is_numpy = isinstance(x, np.ndarray)
+    X = _check_x(x)
+    J = torch.as_tensor(particle_jacobian(X, weights=weights, **params))
+    n, d = X.shape[-2:]
+    if weights is not None:
+        w = check_finite(as_tensor(weights, "weights"), "weights").to(J)
+        r = w.sqrt().repeat_interleave(d)
+        J = r[:, None] * J / r[None, :]
+    lam = torch.linalg.eigvalsh((J + J.mT) / 2)[..., -1]
+    return lam.cpu().numpy() if is_numpy else lam
+
+
+def coupling_distance(x, y, *, weights=None):
+    r"""Token-by-token coupling distance :math:`D = (\sum_i w_i |x_i - y_i|^2)^{1/2}`, batched.
+
+    An upper bound on :math:`W_2` between the two clouds (any pairing is a transport plan),
+    with equality when ``y`` is ordered by :func:`optimal_matching`.
+    """
+    is_numpy = isinstance(x, np.ndarray)
+    X, Y = _check_x(x), _check_x(y)
+    if X.shape != Y.shape:
+        raise ValueError(f"x and y must have the same shape, got {tuple(X.shape)} and {tuple(Y.shape)}")
+    n = X.shape[-2]
+    w = torch.full((n,), 1.0 / n, dtype=X.dtype) if weights is None else \
+        check_finite(as_tensor(weights, "weights"), "weights").to(X.dtype)
+    if w.shape != (n,):
+        raise ValueError(f"weights must have shape ({n},), got {tuple(w.shape)}")
+    D = (((X - Y.to(X)) ** 2).sum(-1) * w.to(X.device)).sum(-1).sqrt()
+    return D.cpu().numpy() if is_numpy else D
+
+
+def optimal_matching(x, y) -> np.ndarray:
+    r"""Permutation ``perm`` (``(..., n)``) with ``y[..., perm, :]`` optimally matched to ``x``.
+
+    For two clouds of ``n`` equal masses the optimal transport plan is a permutation (Birkhoff);
+    it is found by the Hungarian algorithm (:func:`scipy.optimize.linear_sum_assignment`) on the
+    squared distances, looping over the batch. Then
+    ``coupling_distance(x, y[perm]) == W_2(x, y)``.
+    """
+    X, Y = _numpy(x, "x"), _numpy(y, "y")
+    if X.shape != Y.shape or X.ndim < 2:
+        raise ValueError(f"x and y must be clouds (..., n, d) of the same shape, got {X.shape}, {Y.shape}")
+    Xf, Yf = X.reshape(-1, *X.shape[-2:]), Y.reshape(-1, *Y.shape[-2:])
+    perms = []
+    for xb, yb in zip(Xf, Yf):
+        cost = ((xb[:, None, :] - yb[None, :, :]) ** 2).sum(-1)
+        rows, cols = linear_sum_assignment(cost)
+        perms.append(cols[np.argsort(rows)])
+    return np.stack(perms).reshape(X.shape[:-1])
