@@ -173,3 +173,32 @@ def test_validation_of_action_arguments():
         A.exact_data_action(torch.zeros(5, 5), expected_statistics(10.0, 4, 3))
     with pytest.raises(ValueError, match="level"):
         A.linear_crossover_p(seq_len=8, vocab_size=4, level=1.5)
+
+
+def test_pooling_moments_match_laplace_far_from_onset_and_stay_finite_at_it():
+    L, V = 64, 32
+    p_on = A.linear_onset_p(seq_len=L, vocab_size=V)
+    P = np.array([0.3, 1.0]) * p_on
+    _, m2 = A.linear_pooling_moments(P, seq_len=L, vocab_size=V, fluctuations=False)
+    lap = A.linear_saddle(P[:1], seq_len=L, vocab_size=V).var_m
+    assert m2[0] == pytest.approx(lap[0], rel=0.1)          # Gaussian regime: Laplace is right
+    assert np.isfinite(m2[1]) and m2[1] < 0.1                # Laplace diverges at the onset; this does not
+    # converged in the grid
+    _, m2_fine = A.linear_pooling_moments(P, seq_len=L, vocab_size=V, fluctuations=False, n_grid=3001)
+    assert m2_fine == pytest.approx(m2, rel=1e-3)
+    _, m2_fixed = A.linear_pooling_moments(P, seq_len=L, vocab_size=V, fluctuations=False,
+                                           m_max=1.0, n_grid=4001)   # adaptive grid = fixed grid
+    assert m2_fixed == pytest.approx(m2, rel=1e-3)
+    with pytest.raises(ValueError, match="m_max"):
+        A.linear_pooling_moments([1.0], seq_len=L, vocab_size=V, m_max=0.01)
+
+
+def test_softmax_copy_moments_jump_and_match_the_saddle():
+    L, V = 64, 8
+    p_star = A.softmax_critical_p(seq_len=L, vocab_size=V)
+    mean, var = A.softmax_copy_moments(np.array([0.5, 2.0]) * p_star, seq_len=L, vocab_size=V)
+    sad = A.softmax_saddle(np.array([0.5, 2.0]) * p_star, seq_len=L, vocab_size=V)
+    assert mean == pytest.approx(sad.a_G, abs=0.03)
+    assert mean[1] - mean[0] > 0.15 and (var < 0.05).all()
+    with pytest.raises(ValueError, match="n_sequences"):
+        A.softmax_copy_moments([-1.0], seq_len=L, vocab_size=V)

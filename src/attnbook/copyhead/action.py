@@ -63,7 +63,7 @@ __all__ = [
     "linear_action", "transverse_optimum", "LinearSaddle", "linear_saddle", "linear_onset_p",
     "linear_crossover_p", "softmax_order_parameters", "softmax_action", "SoftmaxSaddle",
     "softmax_saddle", "softmax_critical_p", "softmax_coexistence", "pack", "unpack",
-    "marginal_potential", "symbols",
+    "marginal_potential", "symbols", "linear_pooling_moments", "softmax_copy_moments",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -536,6 +536,10 @@ def linear_onset_p(*, seq_len: int, vocab_size: int, kappa: float = 1.0, sigma_w
 def _bisect_log(fun, lo: float, hi: float, n_iter: int = 40) -> float:
     """Root of an increasing ``fun`` (sign change from − to +) on [lo, hi] by bisection in log P."""
     flo, fhi = fun(lo), fun(hi)
+    for p_end, value in ((lo, flo), (hi, fhi)):
+        if np.isnan(value):
+            raise ValueError(f"the action gap is undefined (NaN) at P = {p_end:.3g}: the saddle search "
+                             f"failed there; choose a narrower p_range")
     if not (flo < 0 < fhi):
         raise ValueError(f"no crossing in [{lo:.3g}, {hi:.3g}] (values {flo:.3g}, {fhi:.3g}); widen the range")
     for _ in range(n_iter):
@@ -736,3 +740,72 @@ def marginal_potential(stats: CopyStats, *, activation: str = "linear", kappa: f
                             sigma_g=sigma_g, sigma_b=sigma_b)
 
     return potential
+
+
+# ---- fluctuations of the order parameters beyond Laplace (finite-size susceptibility) ---------
+def _quadrature_moments(S: torch.Tensor, x: torch.Tensor, f: torch.Tensor):
+    """Mean and variance of ``f(x)`` under ``p(x) ∝ exp(−S(x))`` on a uniform grid (last dim)."""
+    w = torch.exp(-(S - S.min(-1, keepdim=True).values))
+    w = w / w.sum(-1, keepdim=True)
+    mean = (w * f).sum(-1)
+    return mean, (w * (f - mean[..., None]) ** 2).sum(-1), w
+
+
+def linear_pooling_moments(n_sequences, *, seq_len: int, vocab_size: int, kappa: float = 1.0,
+                           sigma_w: float = 1.0, sigma_g: float = 1.0, sigma_b: float = 1.0,
+                           fluctuations: bool = True, m_max: float | None = None,
+                           n_grid: int = 1201):
+    r"""Susceptibility of pooling without the Gaussian (Laplace) approximation.
+
+    The one-dimensional integral over the pooling order parameter,
+    :math:`\langle m^2\rangle = \int m^2 e^{-S(m, 0)}\,dm / \int e^{-S(m, 0)}\,dm`, with the copy
+    coefficient held at 0 (it stays ≈ 0 through the onset when :math:`L\gtrsim V`) and the
+    transverse variances at their optimum when ``fluctuations``. At the onset the curvature
+    :math:`K_m` vanishes and the Laplace variance :math:`1/K_m` diverges, but the quartic term keeps
+    :math:`\langle m^2\rangle` finite: the precursor of a *finite* head is rounded, and this
+    integral says by how much. The grid is ``[-m_max, m_max]``; by default ``m_max`` is chosen per
+    ``P`` from a coarse scan as the point where the action has risen by 40 (relative weight
+    :math:`e^{-40}`). Returns ``(mean_abs_m, second_moment)`` as arrays over ``P`` (the
+    distribution is even in ``m``, so ``⟨m²⟩`` is its variance).
+    """
+    P = _as_p_grid(n_sequences)
+    n_grid = check_positive_int(n_grid, "n_grid", minimum=101)
+    kw = dict(seq_len=seq_len, vocab_size=vocab_size, kappa=kappa, sigma_w=sigma_w,
+              sigma_g=sigma_g, sigma_b=sigma_b, fluctuations=fluctuations)
+    if m_max is None:
+        coarse = torch.logspace(-3, 1.5, 200, dtype=torch.float64)
+        Sc = linear_action(coarse[None], torch.zeros(1, 200, dtype=torch.float64),
+                           n_sequences=P[:, None], **kw)
+        S0 = linear_action(torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64),
+                           n_sequences=P, **kw)
+        high = (Sc - torch.minimum(Sc.min(-1).values, S0)[:, None]) > 40
+        if not bool(high.any(-1).all()):
+            raise ValueError("the pooling action does not rise by 40 within |m| < 30; pass m_max")
+        edge = coarse[high.to(torch.int64).argmax(-1)]
+    else:
+        edge = torch.full_like(P, check_positive(m_max, "m_max"))
+    m = edge[:, None] * torch.linspace(-1, 1, n_grid, dtype=torch.float64)[None]
+    S = linear_action(m, torch.zeros_like(m), n_sequences=P[:, None], **kw)
+    check_finite(S, "the pooling action")
+    mean_abs, _, w = _quadrature_moments(S, m, m.abs())
+    if bool((w[:, [0, -1]] > 1e-8 * w.max(-1, keepdim=True).values).any()):
+        raise ValueError("the pooling distribution is not negligible at ±m_max; increase m_max")
+    return mean_abs.numpy(), (w * m ** 2).sum(-1).numpy()
+
+
+def softmax_copy_moments(n_sequences, *, seq_len: int, vocab_size: int, kappa: float = 1.0,
+                         sigma_w: float = 1.0, sigma_g: float = 1.0, n_grid: int = 4001):
+    r"""Mean and variance of :math:`a_G` under :math:`p(g)\propto e^{-S(g)}` (symmetric-logit softmax
+    action, :func:`softmax_action`), by quadrature over the logit ``g`` — the softmax counterpart of
+    :func:`linear_pooling_moments`. Near :math:`P^\star` both minima carry weight and the variance
+    peaks *at* the transition (coexistence), not before it. Returns ``(mean, var)`` over ``P``."""
+    P = _as_p_grid(n_sequences)
+    L = check_positive_int(seq_len, "seq_len", minimum=2)
+    n_grid = check_positive_int(n_grid, "n_grid", minimum=101)
+    g = torch.linspace(-2.0, 2 * np.log(L) + 6, n_grid, dtype=torch.float64)
+    S = softmax_action(g[None], n_sequences=P[:, None], seq_len=L, vocab_size=vocab_size,
+                       kappa=kappa, sigma_w=sigma_w, sigma_g=sigma_g)
+    check_finite(S, "the softmax action")
+    _, aG = softmax_order_parameters(g, L)
+    mean, var, _ = _quadrature_moments(S, g, aG.expand_as(S))
+    return mean.numpy(), var.numpy()

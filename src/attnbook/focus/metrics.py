@@ -1,0 +1,247 @@
+r"""What we measure along a trajectory: spectra, attention laws and entropies, alignments, PCA.
+
+Everything takes arrays with arbitrary leading dimensions (time, models, ...) and returns NumPy
+arrays of the same leading shape, so one call summarises a whole batched run.
+
+* Attention of query :math:`q` in the long-context limit: :math:`w_q(k)\propto\pi_k e^{\Phi_{qk}}`
+  (token types). Its entropy :math:`H(w_q)` is the entropy of the attention *over distinct
+  tokens*; a finite context of length :math:`s` has position-level entropy
+  :math:`\approx \log s - \mathrm{KL}(w_q\,\|\,\pi)` (each type :math:`k` occupies
+  :math:`\approx s\pi_k` positions sharing :math:`w_q(k)`). We report both.
+* Averages over queries: **uniform** :math:`H_u = \frac1d\sum_q H(w_q)` (rare queries count as
+  much as the frequent one — this is the average that goes down, up, down) and
+  :math:`\pi`-**weighted** :math:`H_\pi = \sum_q \pi_q H(w_q)`.
+* Alignment: cosines of :math:`W_0`'s top left singular vector with :math:`\pi`, and of
+  :math:`W_1`'s top right singular vector with :math:`b = \pi - \frac1d\mathbf 1` and with
+  :math:`\tilde\ell = \log\pi - \overline{\log\pi}` (absolute values: singular vectors have no sign).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..markov import as_probability_vector
+from ..validation import as_tensor
+
+__all__ = ["attention_mass_by_type", "singular_values", "stable_rank", "attention_distributions",
+           "attention_entropy",
+           "attention_kl", "trajectory_metrics", "embedding_pca", "stage_times", "growth_rate_fit"]
+
+
+def _np(x, name):
+    t = as_tensor(x, name)
+    return t.detach().cpu().to(torch.float64).numpy()
+
+
+def singular_values(A) -> np.ndarray:
+    """Singular values (descending) of the last two dimensions, batched."""
+    return np.linalg.svd(_np(A, "A"), compute_uv=False)
+
+
+def stable_rank(A) -> np.ndarray:
+    r"""Stable rank :math:`\|A\|_F^2/\|A\|_2^2` (1 for a rank-one matrix), batched."""
+    s = singular_values(A)
+    return (s ** 2).sum(-1) / np.maximum(s[..., 0] ** 2, 1e-300)
+
+
+def attention_distributions(W0, WQ, WK, pi, masked_keys=None) -> np.ndarray:
+    r"""Per-query long-context attention laws :math:`w_q(k)` (rows), shape (..., d, d)."""
+    W0, WQ, WK = _np(W0, "W0"), _np(WQ, "WQ"), _np(WK, "WK")
+    p = as_probability_vector(pi, "pi").numpy()
+    Phi = W0 @ WQ @ np.swapaxes(WK, -1, -2) @ np.swapaxes(W0, -1, -2)
+    with np.errstate(divide="ignore"):
+        logits = np.log(p) + Phi
+    if masked_keys is not None:
+        logits = np.where(np.asarray(masked_keys, dtype=bool), -np.inf, logits)
+    logits = logits - logits.max(-1, keepdims=True)
+    e = np.exp(logits)
+    return e / e.sum(-1, keepdims=True)
+
+
+def attention_entropy(w) -> np.ndarray:
+    """Entropy (nats) of each row of ``w`` (each query's attention over token types)."""
+    w = _np(w, "w")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.where(w > 0, w * np.log(np.where(w > 0, w, 1.0)), 0.0).sum(-1)
+
+
+def attention_kl(w, pi) -> np.ndarray:
+    r""":math:`\mathrm{KL}(w_q\|\pi)` per query; position-level entropy ≈ :math:`\log s` minus this."""
+    w = _np(w, "w")
+    p = _np(pi, "pi")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(w > 0, w * (np.log(np.where(w > 0, w, 1.0)) - np.log(p)), 0.0).sum(-1)
+
+
+def attention_mass_by_type(attention, context, d: int) -> np.ndarray:
+    r"""Aggregate position-level attention into token types: entry ``k`` is the attention the
+    query puts on all positions holding token ``k``.
+
+    ``attention`` and ``context`` have shape (..., s) (the second: integer ids in ``[0, d)``);
+    returns (..., d). Its entropy is the attention entropy over distinct tokens, and its
+    average over windows shows which tokens attract attention.
+    """
+    a = as_tensor(attention, "attention").detach().cpu().to(torch.float64)
+    c = torch.as_tensor(context).detach().cpu().long()
+    if a.shape[-1] != c.shape[-1]:
+        raise ValueError(f"attention and context must share their last dimension, got "
+                         f"{tuple(a.shape)} and {tuple(c.shape)}")
+    if c.numel() and (int(c.min()) < 0 or int(c.max()) >= d):
+        raise ValueError(f"context ids must lie in [0, {d})")
+    c = c.expand(a.shape)
+    out = torch.zeros(*a.shape[:-1], d, dtype=torch.float64)
+    return out.scatter_add_(-1, c, a).numpy()
+
+
+def _cos(u, v):
+    return np.abs((u * v).sum(-1)) / np.maximum(np.linalg.norm(u, axis=-1) * np.linalg.norm(v, axis=-1), 1e-300)
+
+
+def trajectory_metrics(W0, W1, WQ, WK, pi, *, masked_keys=None) -> dict[str, np.ndarray]:
+    """Every per-time summary used by the Part I chapters, for arrays with leading dims (T, ...).
+
+    Keys: ``sv_W0``, ``sv_W1``, ``sv_M``, ``sv_Phi`` (singular values), ``stable_rank_W0``,
+    ``phi_norm`` (Frobenius), ``attention`` (..., d, d), ``entropy_per_query`` (..., d),
+    ``entropy_uniform``, ``entropy_pi``, ``kl_per_query``, ``cos_W0_pi``, ``cos_W1_b``,
+    ``cos_W1_ell``, ``top_self_attention`` (:math:`w_0(0)`, token 0 = the most frequent when
+    π is sorted), ``top_token_mass_rare`` (mean weight rare queries put on the most frequent
+    token), ``cos_top_vs_rest`` (mean cosine between the most frequent token's embedding and
+    the others').
+    """
+    W0n, W1n, WQn, WKn = (_np(x, n) for x, n in ((W0, "W0"), (W1, "W1"), (WQ, "WQ"), (WK, "WK")))
+    p = as_probability_vector(pi, "pi").numpy()
+    d = p.shape[-1]
+    M = W0n @ W1n
+    Phi = W0n @ WQn @ np.swapaxes(WKn, -1, -2) @ np.swapaxes(W0n, -1, -2)
+    w = attention_distributions(W0n, WQn, WKn, p, masked_keys)
+    H = attention_entropy(w)
+    U0, s0, _ = np.linalg.svd(W0n, full_matrices=False)
+    _, s1, V1 = np.linalg.svd(W1n, full_matrices=False)
+    b = p - 1.0 / d
+    lp = np.log(p)
+    ell = lp - lp.mean()
+    top = int(np.argmax(p))
+    rest = [k for k in range(d) if k != top]
+    emb = W0n
+    e_top = emb[..., top, :]
+    cos_rest = np.stack([(e_top * emb[..., k, :]).sum(-1)
+                         / np.maximum(np.linalg.norm(e_top, axis=-1)
+                                      * np.linalg.norm(emb[..., k, :], axis=-1), 1e-300)
+                         for k in rest], -1).mean(-1)
+    return {
+        "sv_W0": s0, "sv_W1": s1, "sv_M": np.linalg.svd(M, compute_uv=False),
+        "sv_Phi": np.linalg.svd(Phi, compute_uv=False),
+        "stable_rank_W0": (s0 ** 2).sum(-1) / np.maximum(s0[..., 0] ** 2, 1e-300),
+        "phi_norm": np.linalg.norm(Phi, axis=(-2, -1)),
+        "attention": w, "entropy_per_query": H, "entropy_uniform": H.mean(-1),
+        "entropy_pi": (H * p).sum(-1), "kl_per_query": attention_kl(w, p),
+        "cos_W0_pi": _cos(U0[..., :, 0], p), "cos_W1_b": _cos(V1[..., 0, :], b),
+        "cos_W1_ell": _cos(V1[..., 0, :], ell),
+        "top_self_attention": w[..., top, top],
+        "top_token_mass_rare": w[..., rest, top].mean(-1),
+        "cos_top_vs_rest": cos_rest,
+    }
+
+
+def embedding_pca(W0_traj, n_components: int = 3) -> dict[str, np.ndarray]:
+    r"""PCA of the embedding trajectories: the rows of :math:`W_0(t)` for all times and tokens
+    as points in :math:`\mathbb R^m` (not centred: the origin is the initial point).
+
+    ``W0_traj`` has shape (T, d, m). Returns ``coords`` (T, d, n_components), ``components``
+    (n_components, m) and ``explained`` (fraction of the sum of squares per component).
+    """
+    X = _np(W0_traj, "W0_traj")
+    if X.ndim != 3:
+        raise ValueError(f"W0_traj must have shape (T, d, m), got {X.shape}")
+    T, d, m = X.shape
+    if not isinstance(n_components, int) or not 1 <= n_components <= m:
+        raise ValueError(f"n_components must be an integer in [1, {m}], got {n_components!r}")
+    flat = X.reshape(T * d, m)
+    _, s, Vt = np.linalg.svd(flat, full_matrices=False)
+    comps = Vt[:n_components]
+    return {"coords": (flat @ comps.T).reshape(T, d, n_components), "components": comps,
+            "explained": (s[:n_components] ** 2) / max((s ** 2).sum(), 1e-300)}
+
+
+def growth_rate_fit(t, y, *, t_min: float | None = None, t_max: float | None = None,
+                    lower: float | None = None, upper: float | None = None
+                    ) -> tuple[float, tuple[float, float]]:
+    r"""Least-squares slope of :math:`\log y` against ``t``: the measured exponential growth rate.
+
+    The fit uses the first contiguous run of points with ``t_min <= t <= t_max`` and
+    ``lower < y < upper`` (each bound optional). Returns ``(rate, (t_start, t_end))``; raises
+    ``ValueError`` if fewer than 3 points qualify or ``y`` is not positive there.
+    """
+    t = np.asarray(t, float)
+    y = np.asarray(y, float)
+    if t.shape != y.shape or t.ndim != 1:
+        raise ValueError("t and y must be 1-D arrays of the same length")
+    inside = np.ones_like(t, dtype=bool)
+    if t_min is not None:
+        inside &= t >= t_min
+    if t_max is not None:
+        inside &= t <= t_max
+    if lower is not None:
+        inside &= y > lower
+    if upper is not None:
+        inside &= y < upper
+    idx = np.flatnonzero(inside)
+    if idx.size < 3:
+        raise ValueError("fewer than 3 points in the growth window")
+    run_end = idx[0]
+    while run_end + 1 < len(y) and inside[run_end + 1]:
+        run_end += 1
+    sel = slice(idx[0], run_end + 1)
+    if run_end - idx[0] + 1 < 3:
+        raise ValueError("the growth window has fewer than 3 contiguous points; record more densely")
+    if np.any(y[sel] <= 0):
+        raise ValueError("y must be positive in the growth window")
+    slope = np.polyfit(t[sel], np.log(y[sel]), 1)[0]
+    return float(slope), (float(t[idx[0]]), float(t[run_end]))
+
+
+def stage_times(t, loss, metrics: dict, pi, *, phi_threshold: float = 0.05,
+                sv2_threshold: float = 0.1) -> dict[str, float]:
+    r"""Boundaries of the four stages of one run (criteria of the Part I brief).
+
+    * I: the loss covers 5% → 99% of its drop from :math:`L_0` to the unigram entropy :math:`H(\pi)`.
+    * II: :math:`\|\Phi\|_F` first exceeds ``phi_threshold`` → the minimum of :math:`H_u` after it.
+    * III: → the maximum of :math:`H_u` after the stage-II minimum (dilution ends) and before
+      the escape of IV.
+    * IV (escape): after stage III the second singular value of :math:`W_0` first exceeds
+      ``sv2_threshold`` (an absolute level, so the escape time depends on the initial scale
+      ε as the theory predicts; ``nan`` if it never does: the run stalls at rank one).
+
+    Returns a dict of times (``nan`` when a boundary is not reached).
+    """
+    t = np.asarray(t, float)
+    loss = np.asarray(loss, float)
+    p = _np(pi, "pi")
+    Hpi = float(-(p * np.log(p)).sum())
+    out = dict.fromkeys(["I_start", "I_end", "II_start", "II_end", "III_end", "IV_escape"], float("nan"))
+    drop = loss[0] - Hpi
+    frac = (loss[0] - loss) / drop if drop > 0 else np.zeros_like(loss)
+    for key, lvl in (("I_start", 0.05), ("I_end", 0.99)):
+        hit = np.flatnonzero(frac >= lvl)
+        if hit.size:
+            out[key] = float(t[hit[0]])
+    phi = metrics["phi_norm"]
+    Hu = metrics["entropy_uniform"]
+    sv2 = metrics["sv_W0"][..., 1]
+    hit = np.flatnonzero(phi > phi_threshold)
+    if hit.size:
+        i2 = hit[0]
+        out["II_start"] = float(t[i2])
+        # stage II ends at the first local minimum of H_u after the attention starts to grow
+        j = i2
+        while j + 1 < len(Hu) and Hu[j + 1] <= Hu[j]:
+            j += 1
+        out["II_end"] = float(t[j])
+        k = j
+        while k + 1 < len(Hu) and Hu[k + 1] >= Hu[k]:
+            k += 1
+        out["III_end"] = float(t[k])
+        esc = np.flatnonzero((sv2 > sv2_threshold) & (t > t[k]))
+        if esc.size:
+            out["IV_escape"] = float(t[esc[0]])
+    return out
