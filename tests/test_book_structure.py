@@ -2,7 +2,6 @@
 import re
 from pathlib import Path
 
-import pytest
 
 from attnbook import build_tools
 

@@ -38,29 +38,23 @@ def _as_float64(x, name):
 
 
 def _tol(x) -> float:
-    """Sum-to-one tolerance matching the precision the caller used."""
-    return 1e-8 if not isinstance(x, torch.Tensor) or x.dtype == torch.float64 else 1e-5
+    """Sum-to-one tolerance matching the precision the caller used (float32 input: 1e-5)."""
+    if isinstance(x, torch.Tensor):
+        return 1e-8 if x.dtype == torch.float64 else 1e-5
+    if isinstance(x, np.ndarray) and x.dtype != np.float64:
+        return 1e-5
+    return 1e-8
 
 
 def as_probability_vector(x, name: str) -> torch.Tensor:
     """Validate a (batch of) probability vector(s) at the input's precision; float64, renormalised."""
-    t = _as_float64(x, name)
-    if isinstance(x, np.ndarray) and x.dtype != np.float64:
-        tol = 1e-5
-    else:
-        tol = _tol(x)
-    check_probability_vector(t, name, atol=tol)
+    t = check_probability_vector(_as_float64(x, name), name, atol=_tol(x))
     return t / t.sum(-1, keepdim=True)
 
 
 def as_stochastic_matrix(x, name: str) -> torch.Tensor:
     """Validate a (batch of) row-stochastic matrices at the input's precision; float64, renormalised."""
-    t = _as_float64(x, name)
-    if isinstance(x, np.ndarray) and x.dtype != np.float64:
-        tol = 1e-5
-    else:
-        tol = _tol(x)
-    check_stochastic_matrix(t, name, atol=tol)
+    t = check_stochastic_matrix(_as_float64(x, name), name, atol=_tol(x))
     return t / t.sum(-1, keepdim=True)
 
 

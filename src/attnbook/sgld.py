@@ -25,7 +25,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from attnbook.device import resolve_generator
-from attnbook.validation import as_tensor, check_finite, check_positive, check_positive_int
+from attnbook.validation import as_tensor, check_finite, check_positive_int, per_model_positive
 
 __all__ = ["sample", "SGLDResult", "SGLDDivergence", "split_rhat", "effective_sample_size"]
 
@@ -52,17 +52,8 @@ class SGLDResult(NamedTuple):
 
 
 def _step_tensor(step_size, n_chains: int, like: torch.Tensor) -> torch.Tensor:
-    if isinstance(step_size, (int, float)) and not isinstance(step_size, bool):
-        check_positive(step_size, "step_size")
-        return torch.tensor(float(step_size), dtype=like.dtype, device=like.device)
-    eta = as_tensor(step_size, "step_size", dtype=like.dtype, device=like.device)
-    check_finite(eta, "step_size")
-    if eta.dim() == 0:
-        eta = eta.reshape(())
-    elif eta.shape != (n_chains,):
-        raise ValueError(f"step_size must be a number or have shape (n_chains,)=({n_chains},), got {tuple(eta.shape)}")
-    if bool((eta <= 0).any()):
-        raise ValueError("step_size must be positive")
+    eta = per_model_positive(step_size, "step_size", n_chains, like)
+    # one step per chain broadcasts over the chain's parameter dimensions
     return eta.reshape(-1, *([1] * (like.dim() - 1))) if eta.dim() else eta
 
 

@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from attnbook.validation import as_tensor, check_choice, check_finite, check_positive, check_positive_int
+from attnbook.validation import as_tensor, check_choice, check_finite, check_positive, check_positive_int, per_model_positive
 
 __all__ = ["TrainHistory", "TrainingDiverged", "adam", "MinimumFilter", "reached_minimum"]
 
@@ -47,14 +47,7 @@ class TrainHistory:
 
 
 def _lr_tensor(lr, n_models: int, like: torch.Tensor) -> torch.Tensor:
-    if isinstance(lr, (int, float)) and not isinstance(lr, bool):
-        check_positive(lr, "lr")
-        return torch.tensor(float(lr), dtype=like.dtype, device=like.device)
-    t = as_tensor(lr, "lr", dtype=like.dtype, device=like.device)
-    check_finite(t, "lr")
-    if t.shape != (n_models,) or bool((t <= 0).any()):
-        raise ValueError(f"lr must be a positive number or a positive tensor of shape ({n_models},)")
-    return t
+    return per_model_positive(lr, "lr", n_models, like)
 
 
 def adam(loss_fn: Callable[[dict], torch.Tensor], params: dict, *, n_steps: int, lr=1e-2,
@@ -113,7 +106,6 @@ def adam(loss_fn: Callable[[dict], torch.Tensor], params: dict, *, n_steps: int,
         from tqdm.auto import tqdm
         iterator = tqdm(iterator, desc="Adam", leave=False)
     t0 = time.perf_counter()
-    last_loss = None
 
     def bcast(x, like):
         return x.reshape(-1, *([1] * (like.dim() - 1))) if x.dim() else x
@@ -143,7 +135,6 @@ def adam(loss_fn: Callable[[dict], torch.Tensor], params: dict, *, n_steps: int,
                 if monitor is not None:
                     for key, val in monitor({k: v.detach() for k, v in theta.items()}).items():
                         rec_extra.setdefault(key, []).append(torch.as_tensor(val).detach().cpu())
-            last_loss = L.detach()
             bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
             for (k, v), g in zip(theta.items(), grads):
                 g = torch.where(bcast(alive, g), g, torch.zeros_like(g))

@@ -23,6 +23,8 @@ __all__ = [
     "check_stochastic_matrix",
     "check_choice",
     "check_same_last_dim",
+    "as_float64_array",
+    "per_model_positive",
 ]
 
 
@@ -145,3 +147,32 @@ def check_same_last_dim(a: torch.Tensor, a_name: str, b: torch.Tensor, b_name: s
     if a.shape[-1] != b.shape[-1]:
         raise ValueError(f"{a_name} and {b_name} must have the same last dimension, got "
                          f"{tuple(a.shape)} and {tuple(b.shape)}")
+
+
+def as_float64_array(x, name: str) -> "np.ndarray":
+    """A finite float64 NumPy array from a tensor, an array or a nested sequence of numbers."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be an array of numbers, got {type(x).__name__}") from None
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains non-finite values")
+    return arr
+
+
+def per_model_positive(value, name: str, n_models: int, like: torch.Tensor) -> torch.Tensor:
+    """A positive step size (or learning rate): one number, or one per model of an ensemble.
+
+    Returns a 0-d tensor or a ``(n_models,)`` tensor with ``like``'s dtype and device.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        check_positive(value, name)
+        return torch.tensor(float(value), dtype=like.dtype, device=like.device)
+    t = check_finite(as_tensor(value, name, dtype=like.dtype, device=like.device), name)
+    if t.dim() != 0 and t.shape != (n_models,):
+        raise ValueError(f"{name} must be a number or have shape ({n_models},), got {tuple(t.shape)}")
+    if bool((t <= 0).any()):
+        raise ValueError(f"{name} must be positive")
+    return t

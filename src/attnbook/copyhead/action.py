@@ -47,9 +47,7 @@ import sympy as sp
 import torch
 
 from attnbook.copyhead.model import ACTIVATIONS, attention_matrix, data_terms
-from attnbook.copyhead.order import shift_matrix
 from attnbook.copyhead.task import CopyStats, copy_statistics, copy_task
-from attnbook.device import resolve_generator
 from attnbook.validation import (as_tensor, check_choice, check_finite, check_positive,
                                  check_positive_int, check_square)
 
@@ -212,15 +210,22 @@ def attention_statistics(A):
             rows.mean(-1), (rows ** 2).mean(-1))
 
 
-def data_action(q_F, q_S, m_1, m_2, *, n_sequences, vocab_size: int, kappa: float = 1.0,
-                sigma_w: float = 1.0) -> torch.Tensor:
-    """The large-P data action (module docstring), batched over broadcastable inputs."""
+def _order_stats(vocab_size, kappa, sigma_w, n_sequences, q_F, q_S, m_1, m_2):
+    """Validated hyper-parameters and the order statistics as tensors of one dtype and device."""
     V = check_positive_int(vocab_size, "vocab_size", minimum=2)
     kappa, sigma_w, _, _ = _hyper(kappa, sigma_w)
     q_F = as_tensor(q_F, "q_F")
     P = as_tensor(n_sequences, "n_sequences", dtype=q_F.dtype, device=q_F.device)
     q_S, m_1, m_2 = (as_tensor(t, n, dtype=q_F.dtype, device=q_F.device)
                      for t, n in ((q_S, "q_S"), (m_1, "m_1"), (m_2, "m_2")))
+    return V, kappa, sigma_w, P, q_F, q_S, m_1, m_2
+
+
+def data_action(q_F, q_S, m_1, m_2, *, n_sequences, vocab_size: int, kappa: float = 1.0,
+                sigma_w: float = 1.0) -> torch.Tensor:
+    """The large-P data action (module docstring), batched over broadcastable inputs."""
+    V, kappa, sigma_w, P, q_F, q_S, m_1, m_2 = _order_stats(
+        vocab_size, kappa, sigma_w, n_sequences, q_F, q_S, m_1, m_2)
     tau = sigma_w ** 2 * P / (kappa * V)
     return (0.5 * V * (V - 1) * torch.log1p(tau * q_F) + 0.5 * V * torch.log1p(tau * m_2)
             + P / (2 * kappa) * (1 - (V - 1) / V * tau * q_S ** 2 / (1 + tau * q_F)
@@ -231,12 +236,8 @@ def train_mse_theory(q_F, q_S, m_1, m_2, *, n_sequences, vocab_size: int, kappa:
                      sigma_w: float = 1.0) -> torch.Tensor:
     r"""Per-token training MSE of the posterior-mean readout at given statistics (large P):
     :math:`1 - \frac{V-1}{V}\frac{q_S^2(q_F+2/\tau)}{(q_F+1/\tau)^2} - \frac1V\frac{m_1^2(m_2+2/\tau)}{(m_2+1/\tau)^2}`."""
-    V = check_positive_int(vocab_size, "vocab_size", minimum=2)
-    kappa, sigma_w, _, _ = _hyper(kappa, sigma_w)
-    q_F = as_tensor(q_F, "q_F")
-    P = as_tensor(n_sequences, "n_sequences", dtype=q_F.dtype, device=q_F.device)
-    q_S, m_1, m_2 = (as_tensor(t, n, dtype=q_F.dtype, device=q_F.device)
-                     for t, n in ((q_S, "q_S"), (m_1, "m_1"), (m_2, "m_2")))
+    V, kappa, sigma_w, P, q_F, q_S, m_1, m_2 = _order_stats(
+        vocab_size, kappa, sigma_w, n_sequences, q_F, q_S, m_1, m_2)
     it = kappa * V / (sigma_w ** 2 * P)                           # 1/τ
     return (1 - (V - 1) / V * q_S ** 2 * (q_F + 2 * it) / (q_F + it) ** 2
             - m_1 ** 2 * (m_2 + 2 * it) / (V * (m_2 + it) ** 2))

@@ -29,7 +29,7 @@ import torch
 
 from attnbook.copyhead.task import CopyStats
 from attnbook.device import resolve_generator
-from attnbook.validation import (as_tensor, check_choice, check_finite, check_positive,
+from attnbook.validation import (as_tensor, check_choice, check_positive,
                                  check_positive_int, check_square)
 
 __all__ = ["ACTIVATIONS", "attention_matrix", "init_params", "forward", "data_terms", "loss",

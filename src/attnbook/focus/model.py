@@ -20,7 +20,7 @@ weight has a leading model dimension and one batched forward/backward trains all
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ import torch
 from ..device import default_device, make_generator
 from ..markov import as_stochastic_matrix, sample_sequences, stationary
 from ..validation import check_choice, check_positive, check_positive_int
+from ..results import load_fields, save_fields
 from .population import Params, check_params, init_params
 
 __all__ = ["finite_forward", "finite_loss", "markov_context_loss", "OneLayerTransformer",
@@ -233,19 +234,11 @@ class TrainResult:
         return self.step * self.lr
 
     def save(self, path) -> Path:
-        path = Path(path)
-        arrays = {f.name: np.asarray(getattr(self, f.name)) for f in fields(self) if f.name != "info"}
-        for k, v in self.info.items():
-            if isinstance(v, (int, float, str, bool)) or (isinstance(v, np.ndarray) and v.dtype != object):
-                arrays["info_" + k] = np.asarray(v)
-        np.savez(path, **arrays)
-        return path
+        return save_fields(self, path)
 
     @classmethod
     def load(cls, path) -> "TrainResult":
-        with np.load(path, allow_pickle=False) as z:
-            kw = {f.name: z[f.name] for f in fields(cls) if f.name != "info" and f.name in z}
-            info = {k[5:]: z[k] for k in z.files if k.startswith("info_")}
+        kw, info = load_fields(cls, path)
         kw["lr"] = float(kw["lr"])
         kw["wall_s"] = float(kw.get("wall_s", 0.0))
         return cls(info=info, **kw)

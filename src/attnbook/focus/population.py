@@ -36,7 +36,7 @@ form (``tests/test_focus_population.py``).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -47,6 +47,7 @@ from ..device import resolve_generator
 from ..markov import as_stochastic_matrix, stationary
 from ..validation import (as_tensor, check_finite, check_ndim, check_positive, check_positive_int,
                           check_choice)
+from ..results import load_fields, save_fields
 
 __all__ = ["time_grid", "Params", "init_params", "check_params", "attention_mixture", "population_loss",
            "population_gradient", "population_hessian", "pack", "unpack", "population_flow",
@@ -282,19 +283,11 @@ class FlowResult:
 
     def save(self, path) -> Path:
         """Write every array to an ``.npz`` file (no pickle)."""
-        path = Path(path)
-        arrays = {f.name: np.asarray(getattr(self, f.name)) for f in fields(self) if f.name != "info"}
-        for k, v in self.info.items():
-            if isinstance(v, (int, float, str, bool)) or (isinstance(v, np.ndarray) and v.dtype != object):
-                arrays["info_" + k] = np.asarray(v)
-        np.savez(path, **arrays)
-        return path
+        return save_fields(self, path)
 
     @classmethod
     def load(cls, path) -> "FlowResult":
-        with np.load(path, allow_pickle=False) as z:
-            kw = {f.name: z[f.name] for f in fields(cls) if f.name != "info" and f.name in z}
-            info = {k[5:]: z[k] for k in z.files if k.startswith("info_")}
+        kw, info = load_fields(cls, path)
         kw["wall_s"] = float(kw.get("wall_s", 0.0))
         kw["n_fev"] = int(kw.get("n_fev", 0))
         return cls(info=info, **kw)

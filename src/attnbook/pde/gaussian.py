@@ -23,7 +23,7 @@ import torch
 from scipy.integrate import solve_ivp
 
 from ..flows import check_times, odeint_dopri5
-from ..validation import check_choice
+from ..validation import as_float64_array, check_choice
 from .particles import resolve_params
 from .symbolic import moment_rhs
 
@@ -50,16 +50,7 @@ class GaussianFlow:
         return self.blowup_time is not None
 
 
-def _to_numpy(x, name) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu().numpy()
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be an array of numbers, got {type(x).__name__}") from None
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains non-finite values")
-    return arr
+_to_numpy = as_float64_array  # tensors, arrays or lists → finite float64 arrays
 
 
 def check_covariance(cov, name: str = "cov0", d: int | None = None, *, tol: float = 1e-9) -> np.ndarray:

@@ -32,7 +32,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from scipy.stats import norm
 
-from ..validation import as_tensor, check_finite
+from ..validation import as_float64_array, as_tensor, check_finite
 from .particles import _check_x, _interaction, _prepare
 
 __all__ = ["w2_to_gaussian_1d", "gelbrich_distance", "w2_particles_batch", "RateFit",
@@ -40,16 +40,7 @@ __all__ = ["w2_to_gaussian_1d", "gelbrich_distance", "w2_particles_batch", "Rate
            "optimal_matching"]
 
 
-def _numpy(x, name) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu().numpy()
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be an array of numbers, got {type(x).__name__}") from None
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains non-finite values")
-    return arr
+_numpy = as_float64_array  # tensors, arrays or lists → finite float64 arrays
 
 
 def w2_to_gaussian_1d(x, mean, var) -> np.ndarray:
