@@ -77,4 +77,6 @@ def describe(device: torch.device | None = None) -> str:
     if dev.type == "cuda":
         name = torch.cuda.get_device_name(dev)
         return f"GPU ({name}), torch {torch.__version__}"
-    return f"CPU ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads), torch {torch.__version__}"
+    threads = torch.get_num_threads()
+    return (f"CPU ({os.cpu_count()} cores, {threads} torch thread{'s' if threads > 1 else ''}), "
+            f"torch {torch.__version__}")

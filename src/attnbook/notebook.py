@@ -53,5 +53,5 @@ def setup_chapter(chapter: str, title: str | None = None, *, seed: int = 0, devi
     use_style()
     ledger = Ledger(chapter, title=title)
     if not quiet:
-        print(f"attnbook: {title or chapter} — running on {describe(dev)}; seed {seed}")
+        print(f"attnbook · {title or chapter}\n{describe(dev)} · seed {seed}")
     return Chapter(name=chapter, title=title or chapter, device=dev, seed=seed, ledger=ledger)
