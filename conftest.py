@@ -22,6 +22,15 @@ LEDGER_PAGE = ROOT / "book" / "reference" / "claims-ledger.md"
 os.environ.setdefault("ATTNBOOK_EXECUTOR", "nbval")
 
 
+def pytest_ignore_collect(collection_path, config):
+    """Never collect the ``.ipynb`` twins: nbval would run each chapter a second time (and two
+    runs of one chapter on two xdist workers would race on its ledger record). The twins are
+    generated from the ``.md`` sources, and a test checks that they are in sync."""
+    if collection_path.suffix == ".ipynb":
+        return True
+    return None
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "ledger: the claims-ledger page, run after all chapters")
 

@@ -261,7 +261,8 @@ class Ledger:
             "executor": os.environ.get("ATTNBOOK_EXECUTOR", "notebook"),
             "claims": [asdict(c) for c in self.claims],
         }
-        tmp = self.path.with_suffix(".json.tmp")
+        # a per-process temporary name: concurrent writers never rename each other's file
+        tmp = self.path.with_suffix(f".json.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
         os.replace(tmp, self.path)
 
