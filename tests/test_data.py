@@ -62,22 +62,23 @@ def test_missing_data_offline_gives_a_clear_error(tmp_path, monkeypatch):
         load_text("wikitext-2", download=False)
 
 
-def test_no_network_gives_a_clear_error(tmp_path, monkeypatch):
-    _isolate(monkeypatch, tmp_path)
+def _online_without_local_data(monkeypatch, folder, *, network: bool):
+    """No local copy, downloads allowed, a stand-in hub package, and the network up or down."""
+    _isolate(monkeypatch, folder)
     monkeypatch.delenv("ATTNBOOK_OFFLINE", raising=False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setitem(sys.modules, "huggingface_hub", types.ModuleType("huggingface_hub"))
-    monkeypatch.setattr(data, "_network_available", lambda *a, **k: False)
+    monkeypatch.setattr(data, "_network_available", lambda *a, **k: network)
+
+
+def test_no_network_gives_a_clear_error(tmp_path, monkeypatch):
+    _online_without_local_data(monkeypatch, tmp_path, network=False)
     with pytest.raises(DataNotFound, match="no network"):
         load_text("wikitext-2", "train")
 
 
 def test_downloads_when_nothing_local_and_network(tmp_path, monkeypatch):
-    _isolate(monkeypatch, tmp_path)
-    monkeypatch.delenv("ATTNBOOK_OFFLINE", raising=False)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setitem(sys.modules, "huggingface_hub", types.ModuleType("huggingface_hub"))
-    monkeypatch.setattr(data, "_network_available", lambda *a, **k: True)
+    _online_without_local_data(monkeypatch, tmp_path, network=True)
     calls = []
     monkeypatch.setattr(data, "_download", lambda name, split: calls.append((name, split)) or "once upon a time")
     assert load_text("tinystories", "validation") == "once upon a time"

@@ -81,15 +81,21 @@ def _common_dtype(*ts: torch.Tensor):
     return tuple(t.to(dtype) for t in ts)
 
 
-def sinkhorn(log_kernel, *, n_iters: int = 500, tol: float = 1e-9,
+def sinkhorn(log_kernel, *, log_marginal=None, n_iters: int = 500, tol: float = 1e-9,
              on_nonconvergence: str = "warn") -> SinkhornResult:
-    r"""Scale :math:`e^{\text{log\_kernel}}` to rows summing to 1 and columns to n/m, in log space.
+    r"""Scale :math:`e^{\text{log\_kernel}}` to a transport plan, in log space.
+
+    Without ``log_marginal``: rows sum to 1 and columns to n/m (uniform marginals); stops when
+    every column sum is within ``tol`` of n/m. With ``log_marginal`` (the log-masses
+    :math:`\log w` of the tokens, shape ``(..., n)``, square kernels only): the plan is the
+    row-conditional :math:`P_{ij} = \pi_{ij}/w_i` of the plan :math:`\pi` whose two marginals are
+    both :math:`w`, i.e. rows sum to 1 and :math:`\sum_i w_i P_{ij} = w_j`; stops when that holds
+    to relative ``tol``.
 
     Alternates row and column normalisations of ``log P = log_kernel + f_i + g_j`` (stable for
-    large scores: no exponential overflows). Stops when every column sum is within ``tol`` of
-    n/m (rows are exact after each row step). ``on_nonconvergence`` is ``"warn"`` (default,
+    large scores: no exponential overflows). ``on_nonconvergence`` is ``"warn"`` (default,
     :class:`SinkhornWarning`), ``"raise"`` (:class:`SinkhornNotConverged`) or ``"ignore"``;
-    the result always says whether it converged.
+    a non-finite error always raises. The result says whether it converged.
     """
     logk = check_finite(check_ndim(as_tensor(log_kernel, "log_kernel"), "log_kernel", 2, at_least=True),
                         "log_kernel")
@@ -97,7 +103,17 @@ def sinkhorn(log_kernel, *, n_iters: int = 500, tol: float = 1e-9,
     tol = check_positive(tol, "tol")
     check_choice(on_nonconvergence, "on_nonconvergence", ("warn", "raise", "ignore"))
     n, m = logk.shape[-2], logk.shape[-1]
-    log_col_target = math.log(n / m)
+    if log_marginal is None:
+        row_lw = 0.0
+        target = torch.full((m,), math.log(n / m), dtype=logk.dtype, device=logk.device)
+    else:
+        lw = check_finite(as_tensor(log_marginal, "log_marginal", dtype=logk.dtype, device=logk.device),
+                          "log_marginal")
+        if n != m or lw.shape[-1] != n:
+            raise ValueError(f"log_marginal needs a square kernel and one entry per token, got kernel "
+                             f"{tuple(logk.shape)} and log_marginal {tuple(lw.shape)}")
+        logk = logk + lw.unsqueeze(-2)        # the column masses w_j are part of the plan
+        row_lw, target = lw.unsqueeze(-1), lw
     f = torch.zeros(logk.shape[:-1], dtype=logk.dtype, device=logk.device)
     g = torch.zeros(logk.shape[:-2] + (m,), dtype=logk.dtype, device=logk.device)
     err = float("inf")
@@ -105,20 +121,23 @@ def sinkhorn(log_kernel, *, n_iters: int = 500, tol: float = 1e-9,
     for it in range(1, n_iters + 1):
         # row step: log sum_j exp(logk + g_j) + f_i = 0  (this alone is softmax)
         f = -torch.logsumexp(logk + g.unsqueeze(-2), dim=-1)
-        # check the columns of the row-normalised plan before rescaling them
-        col = torch.logsumexp(logk + f.unsqueeze(-1), dim=-2) + g
-        err = float((col.exp() - n / m).abs().max())
+        # log of the (weighted) column sums of the row-normalised plan, before rescaling them
+        col = torch.logsumexp(logk + f.unsqueeze(-1) + row_lw, dim=-2) + g
+        if log_marginal is None:
+            err = float((col.exp() - n / m).abs().max())
+        else:
+            err = float((col - target).exp().sub(1).abs().max())
         if err <= tol:
             break
-        g = g + log_col_target - col
+        g = g + target - col
     else:
         f = -torch.logsumexp(logk + g.unsqueeze(-2), dim=-1)
     plan = (logk + f.unsqueeze(-1) + g.unsqueeze(-2)).exp()
     converged = err <= tol
     if not converged:
-        msg = (f"Sinkhorn did not converge in {n_iters} iterations: column-sum error {err:.3g} > "
+        msg = (f"Sinkhorn did not converge in {n_iters} iterations: column error {err:.3g} > "
                f"tol {tol:.3g}; increase n_iters or scale the scores down")
-        if on_nonconvergence == "raise":
+        if on_nonconvergence == "raise" or not math.isfinite(err):
             raise SinkhornNotConverged(msg)
         if on_nonconvergence == "warn":
             warnings.warn(msg, SinkhornWarning, stacklevel=2)

@@ -40,13 +40,12 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..attention import SinkhornNotConverged, SinkhornWarning
+from ..attention import sinkhorn
 from ..device import default_device, resolve_generator
 from ..flows import BlowUpError, check_times, odeint
 from ..validation import (as_tensor, check_choice, check_finite, check_ndim, check_positive,
@@ -192,34 +191,6 @@ def _check_x(x) -> torch.Tensor:
     return check_finite(t, "x")
 
 
-def _sinkhorn_rows(logits: torch.Tensor, logw: torch.Tensor, tol: float, max_iter: int
-                   ) -> torch.Tensor:
-    r"""Row-conditional Sinkhorn plan :math:`P_{ij} = \pi_{ij}/w_i` with both marginals ``w``.
-
-    Log-domain alternating scaling: :math:`f_i = -\log\sum_j w_j e^{L_{ij} + g_j}`,
-    :math:`g_j = -\log\sum_i w_i e^{L_{ij} + f_i}`; stops when the column marginal
-    :math:`\sum_i w_i P_{ij}` matches :math:`w_j` to relative ``tol``.
-    """
-    g = torch.zeros(logits.shape[:-2] + logits.shape[-1:], dtype=logits.dtype, device=logits.device)
-    lw = logw
-    err = float("inf")
-    for _ in range(max_iter):
-        f = -torch.logsumexp(logits + (g + lw).unsqueeze(-2), dim=-1)
-        colsum = torch.logsumexp(logits + (f + lw).unsqueeze(-1), dim=-2)   # = -g_new
-        err = float((colsum + g).exp().sub(1).abs().max())
-        if err <= tol:
-            break
-        g = -colsum
-    else:
-        f = -torch.logsumexp(logits + (g + lw).unsqueeze(-2), dim=-1)
-        msg = (f"Sinkhorn did not converge in {max_iter} iterations (column error {err:.2e} > tol "
-               f"{tol:.1e}); raise sinkhorn_max_iter or shrink A")
-        if not math.isfinite(err):
-            raise SinkhornNotConverged(msg)
-        warnings.warn(msg, SinkhornWarning, stacklevel=4)
-    return (logits + f.unsqueeze(-1) + (g + lw).unsqueeze(-2)).exp()
-
-
 def _prepare(x, kind, A, V, Q, K, heads, causal, weights, sink_mass, bias, params=None):
     """Shared argument checks of :func:`attention_matrix`, :func:`velocity` and :func:`simulate`."""
     X = _check_x(x)
@@ -260,7 +231,8 @@ def _interaction(X, p, w, causal, bias, sink_tol, sink_iter, uniform: bool) -> t
     L = _logits(X, p)
     mask = torch.ones(n, n, dtype=torch.bool, device=X.device).tril() if causal else None
     if p.kind == "sinkhorn":
-        return _sinkhorn_rows(L, w.log(), sink_tol, sink_iter)
+        # the plan from μ to itself, each token carrying its mass w_i (attention.sinkhorn)
+        return sinkhorn(L, log_marginal=w.log(), n_iters=sink_iter, tol=sink_tol).plan
     if p.kind in ("softmax", "l2"):
         if not uniform:
             L = L + w.log()
