@@ -7,6 +7,7 @@ with jupytext and handed to nbval's collector. Run with ``pytest --nbval-lax``: 
 hold no stored outputs, so the chapters' own assertions (the claims ledger) are what is tested.
 The claims-ledger page is marked ``ledger``: it must run after every other chapter.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,7 +33,9 @@ def pytest_ignore_collect(collection_path, config):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "ledger: the claims-ledger page, run after all chapters")
+    config.addinivalue_line(
+        "markers", "ledger: the claims-ledger page, run after all chapters"
+    )
 
 
 def pytest_collect_file(file_path, parent):

@@ -11,6 +11,7 @@ Run:  OMP_NUM_THREADS=1 .venv/bin/python bench/bench_copyhead.py [--quick]
 (``devinterp`` is installed with ``pip install --no-deps devinterp``: only its ``optim``
 module is used.) Timings on a shared machine are noisy; the ratios are the point.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,8 @@ import warnings
 import torch
 
 from attnbook import sgld, train
-from attnbook.copyhead import copy_statistics, copy_task, init_params, loss
 from attnbook.copyhead import action as A
+from attnbook.copyhead import copy_statistics, copy_task, init_params, loss
 from attnbook.device import default_device
 
 
@@ -30,8 +31,12 @@ def bench_sgld(n_chains: int, n_steps: int, device) -> tuple[float, float]:
     X, Y = copy_task(P, L, V, seed=0, dtype=torch.float64, device=device)
     stats = copy_statistics(X, Y)
     potential = A.marginal_potential(stats, activation="linear")
-    init = torch.randn(n_chains, L * L + 1, dtype=torch.float64,
-                       generator=torch.Generator().manual_seed(1)).to(device)
+    init = torch.randn(
+        n_chains,
+        L * L + 1,
+        dtype=torch.float64,
+        generator=torch.Generator().manual_seed(1),
+    ).to(device)
     eta = 0.01
     t0 = time.perf_counter()
     sgld.sample(potential, init, step_size=eta, n_steps=n_steps, seed=0)
@@ -40,18 +45,24 @@ def bench_sgld(n_chains: int, n_steps: int, device) -> tuple[float, float]:
     try:
         from devinterp.optim.sgld import SGLD
     except ImportError:
-        print("devinterp is not installed (pip install --no-deps devinterp): skipping its SGLD")
+        print(
+            "devinterp is not installed (pip install --no-deps devinterp): skipping its SGLD"
+        )
         return ours, float("nan")
     gen = torch.Generator(device=device).manual_seed(0)
     t0 = time.perf_counter()
-    for c in range(n_chains):                      # devinterp: one optimiser (one chain) at a time
-        theta = torch.nn.Parameter(init[c:c + 1].clone())
+    for c in range(n_chains):  # devinterp: one optimiser (one chain) at a time
+        theta = torch.nn.Parameter(init[c : c + 1].clone())
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")        # nbeta = 1 on purpose: the loss *is* the potential
+            warnings.simplefilter(
+                "ignore"
+            )  # nbeta = 1 on purpose: the loss *is* the potential
             opt = SGLD([theta], lr=eta, nbeta=1.0)
         for _ in range(n_steps):
             opt.zero_grad()
-            potential(theta).sum().backward()      # Δθ = −(η/2)∇U + N(0, η): the same update
+            potential(
+                theta
+            ).sum().backward()  # Δθ = −(η/2)∇U + N(0, η): the same update
             opt.step(noise_generator=gen)
     theirs = n_chains * n_steps / (time.perf_counter() - t0)
     return ours, theirs
@@ -61,7 +72,9 @@ def bench_adam(n_models: int, n_steps: int, device) -> tuple[float, float]:
     L, V, P = 16, 4, 256
     X, Y = copy_task(P, L, V, batch_shape=(n_models,), seed=0, device=device)
     stats = copy_statistics(X, Y)
-    params = init_params(n_models, L, V, g_scale=0.1, w_scale=0.1, seed=0, device=device)
+    params = init_params(
+        n_models, L, V, g_scale=0.1, w_scale=0.1, seed=0, device=device
+    )
     params.pop("b")
     f = lambda p: loss(p, stats, activation="softmax")  # noqa: E731
     t0 = time.perf_counter()
@@ -69,9 +82,9 @@ def bench_adam(n_models: int, n_steps: int, device) -> tuple[float, float]:
     batched = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    for n in range(n_models):                     # the loop the batched run replaces
-        st = copy_statistics(X[n:n + 1], Y[n:n + 1])
-        p = {k: torch.nn.Parameter(v[n:n + 1].clone()) for k, v in params.items()}
+    for n in range(n_models):  # the loop the batched run replaces
+        st = copy_statistics(X[n : n + 1], Y[n : n + 1])
+        p = {k: torch.nn.Parameter(v[n : n + 1].clone()) for k, v in params.items()}
         opt = torch.optim.Adam(p.values(), lr=0.02)
         for _ in range(n_steps):
             opt.zero_grad()
@@ -82,21 +95,33 @@ def bench_adam(n_models: int, n_steps: int, device) -> tuple[float, float]:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="fewer steps (a smoke test)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     device = default_device()
     steps = 100 if args.quick else 500
-    print(f"device: {device}, torch {torch.__version__}, threads {torch.get_num_threads()}")
-    print("\n1) SGLD on the copy-head posterior of G (linear attention, L=16, V=4, P=256)")
-    print(f"{'chains':>8} {'steps':>6} {'attnbook (chain·step/s)':>25} {'devinterp (chain·step/s)':>26} {'ratio':>7}")
+    print(
+        f"device: {device}, torch {torch.__version__}, threads {torch.get_num_threads()}"
+    )
+    print(
+        "\n1) SGLD on the copy-head posterior of G (linear attention, L=16, V=4, P=256)"
+    )
+    print(
+        f"{'chains':>8} {'steps':>6} {'attnbook (chain·step/s)':>25} {'devinterp (chain·step/s)':>26} {'ratio':>7}"
+    )
     for n_chains in (16, 64):
         ours, theirs = bench_sgld(n_chains, steps, device)
-        print(f"{n_chains:>8} {steps:>6} {ours:>25.0f} {theirs:>26.0f} {ours / theirs:>7.1f}")
+        print(
+            f"{n_chains:>8} {steps:>6} {ours:>25.0f} {theirs:>26.0f} {ours / theirs:>7.1f}"
+        )
     print("\n2) Adam, 64 softmax copy heads (G and W), L=16, V=4, P=256")
     batched, looped = bench_adam(64, steps // 2, device)
-    print(f"batched (one run): {batched:.2f} s   loop of 64: {looped:.2f} s   speed-up {looped / batched:.1f}x")
+    print(
+        f"batched (one run): {batched:.2f} s   loop of 64: {looped:.2f} s   speed-up {looped / batched:.1f}x"
+    )
 
 
 if __name__ == "__main__":

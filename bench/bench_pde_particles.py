@@ -8,6 +8,7 @@ baseline is the equations written directly (full n x n matrices, np.exp, row sum
 
 Timings on a shared machine are noisy; the script reports the best of --repeat runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,16 +63,28 @@ def main():
     d, h = 2, 0.01
     A = np.array([[0.5, 0.2], [-0.1, 0.3]])
     V = np.array([[1.0, 0.1], [0.0, 0.9]])
-    print(f"softmax particles, d={d}, RK4 h={h}, {args.steps} steps, float64, device={dev}")
-    print(f"{'n':>6} {'numpy steps/s':>14} {'attnbook steps/s':>17} {'ratio':>7} {'max |diff|':>11}")
+    print(
+        f"softmax particles, d={d}, RK4 h={h}, {args.steps} steps, float64, device={dev}"
+    )
+    print(
+        f"{'n':>6} {'numpy steps/s':>14} {'attnbook steps/s':>17} {'ratio':>7} {'max |diff|':>11}"
+    )
     for n in args.sizes:
         x0 = sample_gaussian(n, np.zeros(d), np.eye(d), seed=0)
         t = np.array([0.0, h * args.steps])
-        t_np, x_np = best_of(lambda: numpy_rk4(x0.numpy(), A, V, h, args.steps), args.repeat)
-        t_pt, traj = best_of(lambda: simulate(x0.to(dev), t, kind="softmax", A=A, V=V, step=h,
-                                              progress=False), args.repeat)
+        t_np, x_np = best_of(
+            lambda: numpy_rk4(x0.numpy(), A, V, h, args.steps), args.repeat
+        )
+        t_pt, traj = best_of(
+            lambda: simulate(
+                x0.to(dev), t, kind="softmax", A=A, V=V, step=h, progress=False
+            ),
+            args.repeat,
+        )
         diff = np.abs(traj[-1].cpu().numpy() - x_np).max()
-        print(f"{n:>6} {args.steps / t_np:>14.1f} {args.steps / t_pt:>17.1f} {t_np / t_pt:>6.2f}x {diff:>11.2e}")
+        print(
+            f"{n:>6} {args.steps / t_np:>14.1f} {args.steps / t_pt:>17.1f} {t_np / t_pt:>6.2f}x {diff:>11.2e}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """attnbook.attention against direct float64 formulas, POT's Sinkhorn, and known limits."""
+
 import math
 import warnings
 
@@ -10,7 +11,9 @@ from attnbook import attention as att
 
 
 def _rand(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return torch.randn(
+        *shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+    )
 
 
 def direct(q, k, kind, bias=0.0, causal=False):
@@ -42,7 +45,9 @@ def direct(q, k, kind, bias=0.0, causal=False):
 def test_maps_match_direct_formula(kind, causal):
     q, k = _rand(6, 3, seed=1), _rand(6, 3, seed=2)
     P = att.attention_weights(q, k, kind=kind, causal=causal, bias=0.3)
-    np.testing.assert_allclose(P.numpy(), direct(q, k, kind, bias=0.3, causal=causal), atol=1e-13)
+    np.testing.assert_allclose(
+        P.numpy(), direct(q, k, kind, bias=0.3, causal=causal), atol=1e-13
+    )
 
 
 def test_rectangular_and_scale():
@@ -77,7 +82,9 @@ def test_sinkhorn_is_softmax_when_columns_already_balance():
     S = torch.stack([row.roll(i) for i in range(6)])
     res = att.sinkhorn(S, tol=1e-12)
     assert res.iterations == 1
-    np.testing.assert_allclose(res.plan.numpy(), torch.softmax(S, -1).numpy(), atol=1e-15)
+    np.testing.assert_allclose(
+        res.plan.numpy(), torch.softmax(S, -1).numpy(), atol=1e-15
+    )
 
 
 def test_sinkhorn_large_scores_are_stable():
@@ -100,14 +107,16 @@ def test_sinkhorn_reports_nonconvergence():
 
 def test_l2_is_shifted_softmax_and_linear_is_first_order_softmax():
     q, k = _rand(5, 4, seed=11), _rand(5, 4, seed=12)
-    shifted = 2 * q @ k.T - (k ** 2).sum(-1)
-    assert torch.allclose(att.attention_weights(q, k, kind="l2"), torch.softmax(shifted, -1), atol=1e-14)
+    shifted = 2 * q @ k.T - (k**2).sum(-1)
+    assert torch.allclose(
+        att.attention_weights(q, k, kind="l2"), torch.softmax(shifted, -1), atol=1e-14
+    )
     eps = 1e-4
     S = q @ k.T
-    lin = att.attention_weights(q, k, kind="linear")          # S / n
+    lin = att.attention_weights(q, k, kind="linear")  # S / n
     approx = 1 / 5 + eps * (lin - lin.mean(-1, keepdim=True))
     soft = att.attention_weights(q, k, kind="softmax", scale=eps)
-    assert float((soft - approx).abs().max()) < 10 * eps ** 2 * float(S.abs().max()) ** 2
+    assert float((soft - approx).abs().max()) < 10 * eps**2 * float(S.abs().max()) ** 2
 
 
 def test_sigmoid_large_bias_is_mean_pooling():
@@ -122,7 +131,11 @@ def test_batched_equals_loop_and_float32():
         P = att.attention_weights(q, k, kind=kind)
         for a in range(3):
             for b in range(2):
-                assert torch.allclose(P[a, b], att.attention_weights(q[a, b], k[a, b], kind=kind), atol=1e-12)
+                assert torch.allclose(
+                    P[a, b],
+                    att.attention_weights(q[a, b], k[a, b], kind=kind),
+                    atol=1e-12,
+                )
         P32 = att.attention_weights(q.float(), k.float(), kind=kind)
         assert P32.dtype == torch.float32 and torch.allclose(P32.double(), P, atol=1e-4)
 
@@ -139,7 +152,9 @@ def test_multihead_is_sum_of_heads_and_batched():
     x = _rand(2, 6, 3, seed=19)
     Q, K, V = _rand(2, 2, 3, seed=20), _rand(2, 2, 3, seed=21), _rand(2, 3, 3, seed=22)
     out = att.self_attention(x, Q=Q, K=K, V=V, causal=True)
-    ref = sum(att.self_attention(x, Q=Q[h], K=K[h], V=V[h], causal=True) for h in range(2))
+    ref = sum(
+        att.self_attention(x, Q=Q[h], K=K[h], V=V[h], causal=True) for h in range(2)
+    )
     assert torch.allclose(out, ref, atol=1e-13)
     one = att.self_attention(x[0], Q=Q[0], K=K[0], V=V[0])
     P = torch.softmax((x[0] @ Q[0].T) @ (x[0] @ K[0].T).T / math.sqrt(2), -1)
@@ -150,43 +165,111 @@ def test_causal_first_row_and_mask():
     q = _rand(5, 2, seed=23)
     P = att.attention_weights(q, q, kind="softmax", causal=True)
     assert P[0, 0] == 1 and float(P.triu(1).abs().max()) == 0
-    assert torch.equal(att.causal_mask(3), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool))
+    assert torch.equal(
+        att.causal_mask(3),
+        torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool),
+    )
 
 
 def test_row_entropy_bounds():
     P = att.attention_weights(_rand(6, 2, seed=24), _rand(6, 2, seed=25))
     H = att.row_entropy(P)
     assert (H >= 0).all() and (H <= math.log(6) + 1e-12).all()
-    assert float(att.row_entropy(torch.full((1, 4), 0.25))) == pytest.approx(math.log(4))
+    assert float(att.row_entropy(torch.full((1, 4), 0.25))) == pytest.approx(
+        math.log(4)
+    )
     with pytest.raises(ValueError, match="non-negative"):
         att.row_entropy(torch.tensor([[1.5, -0.5]]))
 
 
 def test_example_tokens_reproducible():
-    assert torch.equal(att.example_tokens(10, 3, seed=4), att.example_tokens(10, 3, seed=4))
-    assert not torch.equal(att.example_tokens(10, 3, seed=4), att.example_tokens(10, 3, seed=5))
+    assert torch.equal(
+        att.example_tokens(10, 3, seed=4), att.example_tokens(10, 3, seed=4)
+    )
+    assert not torch.equal(
+        att.example_tokens(10, 3, seed=4), att.example_tokens(10, 3, seed=5)
+    )
 
 
-@pytest.mark.parametrize("call, exc, match", [
-    (lambda: att.attention_weights(_rand(3, 2), _rand(3, 2), kind="cosine"), ValueError, "kind"),
-    (lambda: att.attention_weights(_rand(3, 2), _rand(3, 4)), ValueError, "queries and keys"),
-    (lambda: att.attention_weights(_rand(3), _rand(3, 2)), ValueError, "queries"),
-    (lambda: att.attention_weights(_rand(3, 2), _rand(4, 2), causal=True), ValueError, "causal"),
-    (lambda: att.attention_weights(_rand(3, 2), _rand(3, 2), kind="sinkhorn", causal=True), ValueError, "sinkhorn"),
-    (lambda: att.attention_weights(torch.tensor([[float("nan"), 0.0]]), _rand(3, 2)), ValueError, "queries"),
-    (lambda: att.attention_weights("abc", _rand(3, 2)), TypeError, "queries"),
-    (lambda: att.attention_weights(_rand(3, 2), _rand(3, 2), causal=1), TypeError, "causal"),
-    (lambda: att.attention_weights(_rand(3, 2), _rand(3, 2), kind="sigmoid", bias=float("inf")), TypeError, "bias"),
-    (lambda: att.causal_mask(0), ValueError, "n"),
-    (lambda: att.causal_mask(2.5), TypeError, "n"),
-    (lambda: att.sinkhorn(_rand(3, 3), n_iters=0), ValueError, "n_iters"),
-    (lambda: att.sinkhorn(_rand(3, 3), tol=-1.0), ValueError, "tol"),
-    (lambda: att.sinkhorn(_rand(3, 3), on_nonconvergence="maybe"), ValueError, "on_nonconvergence"),
-    (lambda: att.self_attention(_rand(4, 3), Q=_rand(2, 3), K=_rand(2, 3), V=_rand(3, 2)), ValueError, "V"),
-    (lambda: att.self_attention(_rand(4, 3), Q=_rand(2, 3), K=_rand(3, 3), V=_rand(3, 3)), ValueError, "Q and K"),
-    (lambda: att.self_attention(_rand(4, 3), Q=_rand(2, 2, 3), K=_rand(2, 2, 3), V=_rand(3, 3, 3)), ValueError, "one map per head"),
-    (lambda: att.example_tokens(1), ValueError, "n"),
-])
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (
+            lambda: att.attention_weights(_rand(3, 2), _rand(3, 2), kind="cosine"),
+            ValueError,
+            "kind",
+        ),
+        (
+            lambda: att.attention_weights(_rand(3, 2), _rand(3, 4)),
+            ValueError,
+            "queries and keys",
+        ),
+        (lambda: att.attention_weights(_rand(3), _rand(3, 2)), ValueError, "queries"),
+        (
+            lambda: att.attention_weights(_rand(3, 2), _rand(4, 2), causal=True),
+            ValueError,
+            "causal",
+        ),
+        (
+            lambda: att.attention_weights(
+                _rand(3, 2), _rand(3, 2), kind="sinkhorn", causal=True
+            ),
+            ValueError,
+            "sinkhorn",
+        ),
+        (
+            lambda: att.attention_weights(
+                torch.tensor([[float("nan"), 0.0]]), _rand(3, 2)
+            ),
+            ValueError,
+            "queries",
+        ),
+        (lambda: att.attention_weights("abc", _rand(3, 2)), TypeError, "queries"),
+        (
+            lambda: att.attention_weights(_rand(3, 2), _rand(3, 2), causal=1),
+            TypeError,
+            "causal",
+        ),
+        (
+            lambda: att.attention_weights(
+                _rand(3, 2), _rand(3, 2), kind="sigmoid", bias=float("inf")
+            ),
+            TypeError,
+            "bias",
+        ),
+        (lambda: att.causal_mask(0), ValueError, "n"),
+        (lambda: att.causal_mask(2.5), TypeError, "n"),
+        (lambda: att.sinkhorn(_rand(3, 3), n_iters=0), ValueError, "n_iters"),
+        (lambda: att.sinkhorn(_rand(3, 3), tol=-1.0), ValueError, "tol"),
+        (
+            lambda: att.sinkhorn(_rand(3, 3), on_nonconvergence="maybe"),
+            ValueError,
+            "on_nonconvergence",
+        ),
+        (
+            lambda: att.self_attention(
+                _rand(4, 3), Q=_rand(2, 3), K=_rand(2, 3), V=_rand(3, 2)
+            ),
+            ValueError,
+            "V",
+        ),
+        (
+            lambda: att.self_attention(
+                _rand(4, 3), Q=_rand(2, 3), K=_rand(3, 3), V=_rand(3, 3)
+            ),
+            ValueError,
+            "Q and K",
+        ),
+        (
+            lambda: att.self_attention(
+                _rand(4, 3), Q=_rand(2, 2, 3), K=_rand(2, 2, 3), V=_rand(3, 3, 3)
+            ),
+            ValueError,
+            "one map per head",
+        ),
+        (lambda: att.example_tokens(1), ValueError, "n"),
+    ],
+)
 def test_bad_input_is_named(call, exc, match):
     with pytest.raises(exc, match=match):
         call()

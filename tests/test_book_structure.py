@@ -1,7 +1,7 @@
 """The book's structure: toc, Colab twins, captions, citations, and the build checks."""
+
 import re
 from pathlib import Path
-
 
 from attnbook import build_tools
 
@@ -15,9 +15,16 @@ def test_every_toc_entry_exists():
 
 def test_every_notebook_under_book_is_in_the_toc():
     in_toc = {p.resolve() for p in build_tools.toc_files(ROOT)}
-    orphans = [str(p) for p in (ROOT / "book").rglob("*.md")
-               if build_tools.is_notebook(p) and p.resolve() not in in_toc and "_build" not in p.parts]
-    assert not orphans, f"notebook chapters not in _toc.yml (never built nor tested): {orphans}"
+    orphans = [
+        str(p)
+        for p in (ROOT / "book").rglob("*.md")
+        if build_tools.is_notebook(p)
+        and p.resolve() not in in_toc
+        and "_build" not in p.parts
+    ]
+    assert not orphans, (
+        f"notebook chapters not in _toc.yml (never built nor tested): {orphans}"
+    )
 
 
 def test_colab_twins_exist_and_are_in_sync():
@@ -30,8 +37,9 @@ def test_chapters_open_their_own_ledger():
         text = md.read_text(encoding="utf-8")
         if "setup_chapter(" in text:
             cid = build_tools.chapter_id(md, ROOT)
-            assert re.search(r'setup_chapter\(\s*"' + re.escape(cid) + '"', text), \
+            assert re.search(r'setup_chapter\(\s*"' + re.escape(cid) + '"', text), (
                 f"{md}: setup_chapter must name {cid!r}"
+            )
 
 
 def test_every_figure_cell_has_a_caption():
@@ -40,7 +48,11 @@ def test_every_figure_cell_has_a_caption():
     bad = []
     for md in build_tools.notebook_chapters(ROOT):
         for i, cell in enumerate(jupytext.read(md).cells):
-            if cell.cell_type == "code" and "plt.show()" in cell.source and "remove-output" not in cell.metadata.get("tags", []):
+            if (
+                cell.cell_type == "code"
+                and "plt.show()" in cell.source
+                and "remove-output" not in cell.metadata.get("tags", [])
+            ):
                 if not cell.metadata.get("mystnb", {}).get("figure", {}).get("caption"):
                     bad.append(f"{md.name} cell {i}")
     assert not bad, f"figures without a caption: {bad}"
@@ -51,7 +63,9 @@ def test_every_citation_is_in_the_bibliography():
     keys = set(re.findall(r"@\w+\{([^,]+),", bib))
     cited = set()
     for md in (ROOT / "book").rglob("*.md"):
-        for group in re.findall(r"\{cite(?::\w+)?\}`([^`]+)`", md.read_text(encoding="utf-8")):
+        for group in re.findall(
+            r"\{cite(?::\w+)?\}`([^`]+)`", md.read_text(encoding="utf-8")
+        ):
             cited.update(k.strip() for k in group.split(","))
     assert cited and cited <= keys, f"unknown citation keys: {cited - keys}"
     for key in ("chen2026focus", "lavie2026copyhead", "castin2025unified"):
@@ -70,11 +84,17 @@ def test_check_html_finds_problems(tmp_path):
         '<img src="ok.png"><img src="gone.png">'
         '<script src="https://cdn.example.org/mathjax/tex-chtml.js"></script>'
         '<a href="https://colab.research.google.com/github/o/r/blob/main/book/ch.ipynb">ok</a>'
-        '<a href="https://colab.research.google.com/github/o/r/blob/main/book/nope.ipynb">bad</a>')
+        '<a href="https://colab.research.google.com/github/o/r/blob/main/book/nope.ipynb">bad</a>'
+    )
     report = build_tools.check_html(html, tmp_path)
     text = "\n".join(report["problems"])
     assert report["images"] == 2 and report["colab_links"] == 2
-    assert "gone.png" in text and "not local" in text and "nope.ipynb" in text and "ch.ipynb" not in text
+    assert (
+        "gone.png" in text
+        and "not local" in text
+        and "nope.ipynb" in text
+        and "ch.ipynb" not in text
+    )
 
 
 def test_ledger_status_reports_missing_and_stale(tmp_path):
@@ -90,15 +110,25 @@ def test_code_lines_fit_the_page():
     for md in build_tools.notebook_chapters(ROOT):
         for i, cell in enumerate(jupytext.read(md).cells):
             if cell.cell_type == "code":
-                long += [f"{md.name} cell {i}: {len(l)} chars" for l in cell.source.splitlines() if len(l) > 88]
+                long += [
+                    f"{md.name} cell {i}: {len(l)} chars"
+                    for l in cell.source.splitlines()
+                    if len(l) > 88
+                ]
     assert not long, "\n".join(long)
 
 
 def test_colab_install_cell_points_at_the_repository():
     """The first cell installs attnbook from the repository that _config.yml names."""
-    url = re.search(r"^\s*url:\s*(\S+)", (ROOT / "_config.yml").read_text(), flags=re.M).group(1)
+    url = re.search(
+        r"^\s*url:\s*(\S+)", (ROOT / "_config.yml").read_text(), flags=re.M
+    ).group(1)
     for md in build_tools.notebook_chapters(ROOT):
         text = md.read_text(encoding="utf-8")
         if "setup_chapter(" in text:
-            assert f'"git+{url}"' in text, f"{md.name}: the Colab install cell must install git+{url}"
-            assert 'if "google.colab" in sys.modules:' in text, f"{md.name}: install only on Colab"
+            assert f'"git+{url}"' in text, (
+                f"{md.name}: the Colab install cell must install git+{url}"
+            )
+            assert 'if "google.colab" in sys.modules:' in text, (
+                f"{md.name}: install only on Colab"
+            )

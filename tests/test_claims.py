@@ -9,9 +9,17 @@ from attnbook.claims import ClaimFailed, Ledger
 
 
 def test_check_passes_records_and_shows(tmp_path):
-    led = Ledger("foundations/attention-maps", title="Attention maps", directory=tmp_path)
-    c = led.check("a.close", "a number is close to pi", 3.14159, expected=np.pi, rtol=1e-5)
-    assert c.passed and c.criterion().startswith("≈ 3.14159") and "3.14159" in c._repr_html_()
+    led = Ledger(
+        "foundations/attention-maps", title="Attention maps", directory=tmp_path
+    )
+    c = led.check(
+        "a.close", "a number is close to pi", 3.14159, expected=np.pi, rtol=1e-5
+    )
+    assert (
+        c.passed
+        and c.criterion().startswith("≈ 3.14159")
+        and "3.14159" in c._repr_html_()
+    )
     led.check("a.bound", "an error is small", torch.tensor(1e-9), upper=1e-6)
     led.check("a.range", "a ratio is in range", np.float64(0.5), lower=0.4, upper=0.6)
     rec = json.loads((tmp_path / "foundations__attention-maps.json").read_text())
@@ -45,15 +53,42 @@ def test_new_ledger_replaces_old_record(tmp_path):
     assert claims.load_records(tmp_path)[0]["claims"] == []
 
 
-@pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(claim_id="", statement="s", measured=1.0, upper=1), ValueError, "claim_id"),
-    (dict(claim_id="x", statement="", measured=1.0, upper=1), ValueError, "statement"),
-    (dict(claim_id="x", statement="s", measured=1.0), ValueError, "criterion"),
-    (dict(claim_id="x", statement="s", measured="big", upper=1), TypeError, "measured"),
-    (dict(claim_id="x", statement="s", measured=np.ones(3), upper=1), TypeError, "measured"),
-    (dict(claim_id="x", statement="s", measured=1.0, upper=1, source="rumour"), ValueError, "source"),
-    (dict(claim_id="x", statement="s", measured=1.0, expected=1, rtol=-1), ValueError, "rtol"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (
+            dict(claim_id="", statement="s", measured=1.0, upper=1),
+            ValueError,
+            "claim_id",
+        ),
+        (
+            dict(claim_id="x", statement="", measured=1.0, upper=1),
+            ValueError,
+            "statement",
+        ),
+        (dict(claim_id="x", statement="s", measured=1.0), ValueError, "criterion"),
+        (
+            dict(claim_id="x", statement="s", measured="big", upper=1),
+            TypeError,
+            "measured",
+        ),
+        (
+            dict(claim_id="x", statement="s", measured=np.ones(3), upper=1),
+            TypeError,
+            "measured",
+        ),
+        (
+            dict(claim_id="x", statement="s", measured=1.0, upper=1, source="rumour"),
+            ValueError,
+            "source",
+        ),
+        (
+            dict(claim_id="x", statement="s", measured=1.0, expected=1, rtol=-1),
+            ValueError,
+            "rtol",
+        ),
+    ],
+)
 def test_bad_claims_are_refused(tmp_path, kwargs, exc, match):
     led = Ledger("foundations/attention-maps", directory=tmp_path)
     with pytest.raises(exc, match=match):
@@ -81,5 +116,7 @@ def test_table_html_marks_failures_and_stale(tmp_path):
     led.check("f.ok", "fine", 0.0, upper=1)
     with pytest.raises(ClaimFailed):
         led.check("f.bad", "not fine", 2.0, upper=1)
-    html = claims.ledger_table_html(claims.load_records(tmp_path), stale={"foundations/attention-maps"})
+    html = claims.ledger_table_html(
+        claims.load_records(tmp_path), stale={"foundations/attention-maps"}
+    )
     assert "✘ FAIL" in html and "(stale)" in html and "f.ok" in html

@@ -2,10 +2,22 @@ import numpy as np
 import pytest
 import torch
 
-from attnbook.copyhead import (attention_matrix, circulant_coverage, copy_statistics, copy_task,
-                               coverage, forward, init_params, loss, order_parameters,
-                               pooling_matrix, prior_energy, shift_matrix, template_matrix,
-                               token_mse)
+from attnbook.copyhead import (
+    attention_matrix,
+    circulant_coverage,
+    copy_statistics,
+    copy_task,
+    coverage,
+    forward,
+    init_params,
+    loss,
+    order_parameters,
+    pooling_matrix,
+    prior_energy,
+    shift_matrix,
+    template_matrix,
+    token_mse,
+)
 
 torch.set_num_threads(1)
 
@@ -36,7 +48,7 @@ def test_order_parameters_recover_templates_batched_numpy_and_torch():
     assert abs(float((res * pooling_matrix(L, dtype=torch.float64)).sum())) < 1e-12
     assert abs(float((res * shift_matrix(L, dtype=torch.float64)).sum())) < 1e-12
     cov = float(coverage(R))
-    assert cov == pytest.approx(1 - float((res ** 2).sum() / (R ** 2).sum()), abs=1e-12)
+    assert cov == pytest.approx(1 - float((res**2).sum() / (R**2).sum()), abs=1e-12)
 
 
 def test_coverage_random_and_circulant():
@@ -72,7 +84,9 @@ def test_copy_task_shapes_reproducible_and_validated():
     X, Y = copy_task(10, 6, 5, batch_shape=(2, 3), seed=4)
     assert X.shape == Y.shape == (2, 3, 10, 6, 5)
     assert torch.all(X.sum(-1) == 1)
-    assert torch.equal(Y[..., 1:, :], X[..., :-1, :]) and torch.equal(Y[..., 0, :], X[..., -1, :])
+    assert torch.equal(Y[..., 1:, :], X[..., :-1, :]) and torch.equal(
+        Y[..., 0, :], X[..., -1, :]
+    )
     X2, _ = copy_task(10, 6, 5, batch_shape=(2, 3), seed=4)
     assert torch.equal(X, X2)
     X3, _ = copy_task(10, 6, 5, batch_shape=(2, 3), seed=5)
@@ -96,8 +110,10 @@ def test_loss_from_statistics_equals_literal_network(activation):
     assert torch.allclose(fast, literal, rtol=1e-10)
     # shared data set for all models (X of shape (P, L, V))
     f1 = forward(params, X[0], activation=activation)
-    assert torch.allclose(f1[1], forward({k: v[1:2] for k, v in params.items()}, X[0],
-                                         activation=activation)[0])
+    assert torch.allclose(
+        f1[1],
+        forward({k: v[1:2] for k, v in params.items()}, X[0], activation=activation)[0],
+    )
 
 
 def test_attention_matrix_and_simple_networks():
@@ -108,9 +124,15 @@ def test_attention_matrix_and_simple_networks():
     assert torch.allclose(attention_matrix(G, b), (G + b[:, None, None]) / 6)
     X, Y = copy_task(20, 6, 4, seed=0, dtype=torch.float64)
     st = copy_statistics(X, Y)
-    zero = {"G": torch.zeros(1, 6, 6, dtype=torch.float64), "W": torch.zeros(1, 4, 4, dtype=torch.float64)}
+    zero = {
+        "G": torch.zeros(1, 6, 6, dtype=torch.float64),
+        "W": torch.zeros(1, 4, 4, dtype=torch.float64),
+    }
     assert float(token_mse(zero, st)) == pytest.approx(1.0)
-    copy = {"G": 6 * shift_matrix(6, dtype=torch.float64)[None], "W": torch.eye(4, dtype=torch.float64)[None]}
+    copy = {
+        "G": 6 * shift_matrix(6, dtype=torch.float64)[None],
+        "W": torch.eye(4, dtype=torch.float64)[None],
+    }
     assert float(token_mse(copy, st)) == pytest.approx(0.0, abs=1e-12)
     assert float(prior_energy(copy, sigma_g=2.0)) == pytest.approx(36 * 6 / 8 + 4 / 2)
     with pytest.raises(ValueError, match="activation"):

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnbook import device, validation as v
+from attnbook import device
+from attnbook import validation as v
 from attnbook.notebook import setup_chapter
 
 
@@ -44,7 +45,10 @@ def test_setup_chapter(monkeypatch, capsys):
     ch = setup_chapter("foundations/attention-maps", title="Attention maps", seed=3)
     assert ch.device.type == "cpu" and ch.ledger.chapter == "foundations/attention-maps"
     assert torch.get_num_threads() == 1 and "CPU" in capsys.readouterr().out
-    assert torch.equal(torch.rand(2, generator=ch.generator(1)), torch.rand(2, generator=ch.generator(1)))
+    assert torch.equal(
+        torch.rand(2, generator=ch.generator(1)),
+        torch.rand(2, generator=ch.generator(1)),
+    )
     with pytest.raises(ValueError, match="cpu_threads"):
         setup_chapter("foundations/attention-maps", cpu_threads=0)
 

@@ -1,13 +1,23 @@
 """attnbook.focus.metrics, and the four stages on one population-flow run."""
+
 import numpy as np
 import pytest
 import torch
 
-from attnbook.markov import entropy, entropy_rate, lazy_chain, perturbed_chain
-from attnbook.focus import (attention_distributions, attention_entropy, attention_mixture,
-                            attention_growth_rate, embedding_pca, growth_rate_fit, init_params,
-                            population_flow, stage_times, trajectory_metrics)
+from attnbook.focus import (
+    attention_distributions,
+    attention_entropy,
+    attention_growth_rate,
+    attention_mixture,
+    embedding_pca,
+    growth_rate_fit,
+    init_params,
+    population_flow,
+    stage_times,
+    trajectory_metrics,
+)
 from attnbook.focus.metrics import attention_kl, singular_values, stable_rank
+from attnbook.markov import entropy, entropy_rate, lazy_chain, perturbed_chain
 
 torch.set_num_threads(1)
 
@@ -28,8 +38,12 @@ def test_attention_distributions_match_population_mixture():
     pi = np.array([0.4, 0.3, 0.2, 0.1])
     w = attention_distributions(p.W0, p.WQ, p.WK, pi)
     Phi = p.W0 @ p.WQ @ p.WK.transpose(-1, -2) @ p.W0.transpose(-1, -2)
-    np.testing.assert_allclose(w, attention_mixture(Phi, torch.as_tensor(pi)).numpy(), atol=1e-14)
-    wm = attention_distributions(p.W0, p.WQ, p.WK, pi, masked_keys=np.array([0, 0, 0, 1], bool))
+    np.testing.assert_allclose(
+        w, attention_mixture(Phi, torch.as_tensor(pi)).numpy(), atol=1e-14
+    )
+    wm = attention_distributions(
+        p.W0, p.WQ, p.WK, pi, masked_keys=np.array([0, 0, 0, 1], bool)
+    )
     assert np.all(wm[..., 3] == 0) and np.allclose(wm.sum(-1), 1)
 
 
@@ -56,7 +70,11 @@ def test_embedding_pca():
 @pytest.fixture(scope="module")
 def four_stage_runs():
     """delta = 0.04 (the brief's shorter alternative) and delta = 0, d = 4, m = 8, T = 3000."""
-    te = np.unique(np.concatenate([np.linspace(0, 300, 301), np.logspace(np.log10(300), np.log10(3000), 150)]))
+    te = np.unique(
+        np.concatenate(
+            [np.linspace(0, 300, 301), np.logspace(np.log10(300), np.log10(3000), 150)]
+        )
+    )
     out = {}
     for delta in (0.04, 0.0):
         P = perturbed_chain(4, 0.7, delta, 0.5)
@@ -68,17 +86,29 @@ def four_stage_runs():
 def test_four_stages_on_the_population_flow(four_stage_runs):
     r, m = four_stage_runs[0.04]
     st = stage_times(r.t, r.loss, m, r.pi)
-    assert st["I_start"] < st["I_end"] < st["II_start"] < st["II_end"] < st["III_end"] < st["IV_escape"]
+    assert (
+        st["I_start"]
+        < st["I_end"]
+        < st["II_start"]
+        < st["II_end"]
+        < st["III_end"]
+        < st["IV_escape"]
+    )
     t = r.t
     iI = np.searchsorted(t, st["I_end"])
     # stage I: rank one, W0 ∥ pi, W1 ∥ pi - 1/d, attention frozen, loss at the unigram entropy
     assert m["stable_rank_W0"][iI] < 1.01
     assert m["cos_W0_pi"][iI] > 0.9999 and m["cos_W1_b"][iI] > 0.99
     assert m["phi_norm"][iI] < 1e-4
-    assert r.loss[iI] == pytest.approx(float(entropy(r.pi)), abs=0.01 * (np.log(4) - float(entropy(r.pi))) + 1e-3)
+    assert r.loss[iI] == pytest.approx(
+        float(entropy(r.pi)), abs=0.01 * (np.log(4) - float(entropy(r.pi))) + 1e-3
+    )
     # stage II: the top token's self-attention rises, H_u falls
     iII = np.searchsorted(t, st["II_end"])
-    assert m["top_self_attention"][iII] > 0.9 and m["entropy_uniform"][iII] < m["entropy_uniform"][0] - 0.05
+    assert (
+        m["top_self_attention"][iII] > 0.9
+        and m["entropy_uniform"][iII] < m["entropy_uniform"][0] - 0.05
+    )
     # stage III: H_u rises again, embeddings of top vs rest point apart
     iIII = np.searchsorted(t, st["III_end"])
     assert m["entropy_uniform"][iIII] > m["entropy_uniform"][iII] + 0.1
@@ -99,12 +129,15 @@ def test_delta_zero_stalls_at_rank_one(four_stage_runs):
 def test_measured_growth_matches_rate_along_the_run(four_stage_runs):
     r, m = four_stage_runs[0.04]
     st = stage_times(r.t, r.loss, m, r.pi)
-    rate, _ = growth_rate_fit(r.t, np.sqrt(m["phi_norm"]), t_min=st["I_end"] + 5, t_max=st["II_start"])
+    rate, _ = growth_rate_fit(
+        r.t, np.sqrt(m["phi_norm"]), t_min=st["I_end"] + 5, t_max=st["II_start"]
+    )
     assert rate == pytest.approx(float(attention_growth_rate(r.pi, 0.5)), rel=0.02)
 
 
 def test_attention_mass_by_type():
     from attnbook.focus.metrics import attention_mass_by_type
+
     attn = torch.tensor([[0.5, 0.25, 0.25], [0.1, 0.2, 0.7]], dtype=torch.float64)
     ctx = torch.tensor([[2, 0, 2], [1, 1, 0]])
     mass = attention_mass_by_type(attn, ctx, 3)
@@ -117,8 +150,14 @@ def test_attention_mass_by_type():
 
 def test_time_grid_and_flow_progress_bar():
     from attnbook.focus import time_grid
+
     g = time_grid(1000.0, dense_until=10.0, n_dense=11, n_log=5)
     assert g[0] == 0.0 and g[-1] == 1000.0 and np.all(np.diff(g) > 0) and len(g) == 15
-    r = population_flow(init_params(3, 3, 0.1, seed=0), lazy_chain([0.5, 0.3, 0.2], 0.5), 5.0,
-                        t_eval=time_grid(5.0, dense_until=5.0, n_dense=6), progress=True)
+    r = population_flow(
+        init_params(3, 3, 0.1, seed=0),
+        lazy_chain([0.5, 0.3, 0.2], 0.5),
+        5.0,
+        t_eval=time_grid(5.0, dense_until=5.0, n_dense=6),
+        progress=True,
+    )
     assert r.t.shape == (6,) and np.all(np.diff(r.loss) <= 1e-12)

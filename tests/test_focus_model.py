@@ -1,12 +1,23 @@
 """attnbook.focus.model: finite-context forward pass, ensemble training, samplers."""
+
 import numpy as np
 import pytest
 import torch
 
-from attnbook.markov import lazy_chain, perturbed_chain, sample_sequences
-from attnbook.focus import (MarkovWindows, OneLayerTransformer, Params, TextWindows, TrainResult,
-                            finite_forward, finite_loss, init_params, population_flow, train)
+from attnbook.focus import (
+    MarkovWindows,
+    OneLayerTransformer,
+    Params,
+    TextWindows,
+    TrainResult,
+    finite_forward,
+    finite_loss,
+    init_params,
+    population_flow,
+    train,
+)
 from attnbook.focus.model import TrainingDiverged, markov_context_loss
+from attnbook.markov import lazy_chain, perturbed_chain, sample_sequences
 
 torch.set_num_threads(1)
 
@@ -14,7 +25,7 @@ torch.set_num_threads(1)
 def _naive_logits(p, ctx):
     """One context, written out with explicit loops (the definition)."""
     W0, W1, WQ, WK = (x.numpy() for x in p)
-    e = W0[ctx]                                  # (s, m)
+    e = W0[ctx]  # (s, m)
     q = e[-1]
     scores = np.array([q @ WQ @ WK.T @ e[j] for j in range(len(ctx))])
     a = np.exp(scores - scores.max())
@@ -36,12 +47,12 @@ def test_forward_matches_definition_and_shapes():
 def test_ensemble_forward_equals_each_model():
     pe = init_params(4, 3, 0.5, seed=1, n_models=3)
     ctx = sample_sequences(lazy_chain([0.4, 0.3, 0.2, 0.1], 0.5), 7, 9, seed=0)
-    logits, _ = finite_forward(pe, ctx)              # shared contexts
+    logits, _ = finite_forward(pe, ctx)  # shared contexts
     assert logits.shape == (3, 7, 4)
     for i in range(3):
         li, _ = finite_forward(Params(*(x[i] for x in pe)), ctx)
         np.testing.assert_allclose(logits[i].numpy(), li.numpy(), atol=1e-13)
-    per = torch.stack([ctx, ctx.flip(0), ctx])       # per-model contexts
+    per = torch.stack([ctx, ctx.flip(0), ctx])  # per-model contexts
     lp, _ = finite_forward(pe, per)
     one = finite_forward(Params(*(x[1] for x in pe)), ctx.flip(0))[0]
     np.testing.assert_allclose(lp[1].numpy(), one.numpy(), atol=1e-13)
@@ -75,16 +86,29 @@ def test_finite_validation():
 def test_ensemble_training_equals_separate_training():
     """One batched run of 3 models = 3 runs of one model each, with the same data and init."""
     P = perturbed_chain(4, 0.6, 0.05, 0.5)
-    ens = OneLayerTransformer(4, 5, n_models=3, eps=0.1, seed=0, dtype=torch.float64, device="cpu")
+    ens = OneLayerTransformer(
+        4, 5, n_models=3, eps=0.1, seed=0, dtype=torch.float64, device="cpu"
+    )
     init = ens.params()
     data = sample_sequences(P, 3 * 16 * 6, 9, seed=0).reshape(6, 3, 16, 9)
-    res = train(ens, lambda k: data[k % 6], steps=5, lr=0.5, record_every=1, progress=False)
+    res = train(
+        ens, lambda k: data[k % 6], steps=5, lr=0.5, record_every=1, progress=False
+    )
     for i in range(3):
-        single = OneLayerTransformer(4, 5, n_models=1, eps=0.1, seed=0, dtype=torch.float64, device="cpu")
+        single = OneLayerTransformer(
+            4, 5, n_models=1, eps=0.1, seed=0, dtype=torch.float64, device="cpu"
+        )
         with torch.no_grad():
             for mine, src in zip((single.W0, single.W1, single.WQ, single.WK), init):
-                mine.copy_(src[i:i + 1])
-        r1 = train(single, lambda k: data[k % 6][i:i + 1], steps=5, lr=0.5, record_every=1, progress=False)
+                mine.copy_(src[i : i + 1])
+        r1 = train(
+            single,
+            lambda k: data[k % 6][i : i + 1],
+            steps=5,
+            lr=0.5,
+            record_every=1,
+            progress=False,
+        )
         np.testing.assert_allclose(res.W0[:, i], r1.W0[:, 0], atol=1e-12)
         np.testing.assert_allclose(res.loss[:, i], r1.loss[:, 0], atol=1e-12)
 
@@ -110,11 +134,19 @@ def test_training_is_reproducible_and_saves_npz(tmp_path):
 def test_sgd_on_long_contexts_follows_the_population_flow():
     """Finite-sample SGD (large batch, long context) tracks the exact flow through stage I."""
     P = perturbed_chain(4, 0.7, 0.04, 0.5)
-    model = OneLayerTransformer(4, 5, n_models=1, eps=1e-2, seed=0, dtype=torch.float64, device="cpu")
+    model = OneLayerTransformer(
+        4, 5, n_models=1, eps=1e-2, seed=0, dtype=torch.float64, device="cpu"
+    )
     start = Params(*(x[0] for x in model.params()))
     lr, steps = 0.5, 60
-    res = train(model, MarkovWindows(P, batch=512, context=64, n_models=1, seed=0, device="cpu"),
-                steps=steps, lr=lr, record_every=20, progress=False)
+    res = train(
+        model,
+        MarkovWindows(P, batch=512, context=64, n_models=1, seed=0, device="cpu"),
+        steps=steps,
+        lr=lr,
+        record_every=20,
+        progress=False,
+    )
     flow = population_flow(start, P, lr * steps, t_eval=res.t)
     # the loss drops from log d to near H(pi) in both; the trajectories agree to a few %
     assert flow.loss[-1] < 1.0 and res.loss[-1, 0] < 1.05
@@ -127,13 +159,19 @@ def test_text_windows_and_divergence_detection():
     tw = TextWindows(ids, batch=5, context=4, n_models=2, seed=0, device="cpu")
     w = tw(0)
     assert w.shape == (2, 5, 5)
-    assert torch.all((w[..., 1:] - w[..., :-1]) % 7 == 1)   # consecutive ids
+    assert torch.all((w[..., 1:] - w[..., :-1]) % 7 == 1)  # consecutive ids
     with pytest.raises(ValueError, match="ids"):
         TextWindows(torch.arange(3), batch=2, context=4)
     m = OneLayerTransformer(7, 4, n_models=1, eps=3.0, seed=0, device="cpu")
     with pytest.raises(TrainingDiverged):
-        train(m, TextWindows(ids, batch=8, context=4, seed=0, device="cpu"), steps=200, lr=1e6,
-              record_every=1, progress=False)
+        train(
+            m,
+            TextWindows(ids, batch=8, context=4, seed=0, device="cpu"),
+            steps=200,
+            lr=1e6,
+            record_every=1,
+            progress=False,
+        )
     with pytest.raises(ValueError, match="optimizer"):
         train(m, tw, steps=1, lr=0.1, optimizer="lbfgs")
 

@@ -1,14 +1,29 @@
 """attnbook.focus.population: the exact population loss, its gradient, and the flow."""
+
 import numpy as np
 import pytest
 import torch
 
-from attnbook.markov import entropy, lazy_chain, perturbed_chain, sample_sequences, stationary
-from attnbook.focus import (FlowDiverged, FlowResult, Params, gradient_descent, init_params,
-                            population_flow, population_gradient, population_hessian,
-                            population_loss)
+from attnbook.focus import (
+    FlowDiverged,
+    FlowResult,
+    Params,
+    gradient_descent,
+    init_params,
+    population_flow,
+    population_gradient,
+    population_hessian,
+    population_loss,
+)
 from attnbook.focus.model import finite_loss, markov_context_loss
 from attnbook.focus.population import _gradient_np, _log_key_weights, pack, unpack
+from attnbook.markov import (
+    entropy,
+    lazy_chain,
+    perturbed_chain,
+    sample_sequences,
+    stationary,
+)
 
 torch.set_num_threads(1)
 PI = torch.tensor([0.75, 0.19, 0.05, 0.01], dtype=torch.float64)
@@ -43,8 +58,10 @@ def test_gradient_matches_central_finite_differences():
         v = torch.from_numpy(rng.standard_normal(theta.shape[-1]))
         v = v / v.norm()
         h = 1e-5
-        fd = (population_loss(*unpack(theta + h * v, 4, 6), P)
-              - population_loss(*unpack(theta - h * v, 4, 6), P)) / (2 * h)
+        fd = (
+            population_loss(*unpack(theta + h * v, 4, 6), P)
+            - population_loss(*unpack(theta - h * v, 4, 6), P)
+        ) / (2 * h)
         assert float(fd) == pytest.approx(float(g @ v), abs=1e-8)
 
 
@@ -53,17 +70,23 @@ def test_batched_numpy_and_float32_inputs():
     L = population_loss(*p, P)
     assert L.shape == (3,)
     for i in range(3):
-        assert float(L[i]) == pytest.approx(float(population_loss(*(x[i] for x in p), P)), rel=1e-13)
+        assert float(L[i]) == pytest.approx(
+            float(population_loss(*(x[i] for x in p), P)), rel=1e-13
+        )
     L_np = population_loss(*(x[0].numpy() for x in p), P.numpy())
     assert L_np.dim() == 0 and float(L_np) == pytest.approx(float(L[0]), rel=1e-13)
     L32 = population_loss(*(x[0].float() for x in p), P.float())
-    assert L32.dtype == torch.float32 and float(L32) == pytest.approx(float(L[0]), rel=1e-5)
+    assert L32.dtype == torch.float32 and float(L32) == pytest.approx(
+        float(L[0]), rel=1e-5
+    )
     g = population_gradient(*p, P)
     assert g.W0.shape == (3, 4, 6) and g.WK.shape == (3, 6, 6)
     # a batch of chains with a batch of parameters
     Pb = torch.stack([lazy_chain(PI, lam) for lam in (0.1, 0.5, 0.9)])
     Lb = population_loss(*p, Pb)
-    assert float(Lb[2]) == pytest.approx(float(population_loss(*(x[2] for x in p), Pb[2])), rel=1e-13)
+    assert float(Lb[2]) == pytest.approx(
+        float(population_loss(*(x[2] for x in p), Pb[2])), rel=1e-13
+    )
 
 
 def test_numpy_twin_equals_torch_gradient():
@@ -72,7 +95,12 @@ def test_numpy_twin_equals_torch_gradient():
     mk = torch.tensor([False, False, False, True])
     for mask in (None, mk):
         g = population_gradient(*p, P, masked_keys=mask)
-        gn = _gradient_np(*(x.numpy() for x in p), P.numpy(), pi.numpy(), _log_key_weights(pi, mask).numpy())
+        gn = _gradient_np(
+            *(x.numpy() for x in p),
+            P.numpy(),
+            pi.numpy(),
+            _log_key_weights(pi, mask).numpy(),
+        )
         for a, b in zip(g, gn):
             np.testing.assert_allclose(a.numpy(), b, atol=1e-14)
 
@@ -99,7 +127,9 @@ def test_special_points_origin_and_saddle_loss():
     W1 = torch.zeros(m, d, dtype=torch.float64)
     W1[0] = torch.log(PI)
     zero = torch.zeros(m, m, dtype=torch.float64)
-    assert float(population_loss(W0, W1, zero, zero, P)) == pytest.approx(float(entropy(PI)), rel=1e-13)
+    assert float(population_loss(W0, W1, zero, zero, P)) == pytest.approx(
+        float(entropy(PI)), rel=1e-13
+    )
 
 
 def test_finite_sample_loss_and_gradient_converge_to_population():
@@ -130,7 +160,9 @@ def test_hessian_is_symmetric_and_matches_autograd():
     P3 = lazy_chain([0.5, 0.3, 0.2], 0.4)
     H = population_hessian(*p, P3)
     theta = pack(p).clone().requires_grad_()
-    Ha = torch.autograd.functional.hessian(lambda th: population_loss(*unpack(th, 3, 3), P3), theta)
+    Ha = torch.autograd.functional.hessian(
+        lambda th: population_loss(*unpack(th, 3, 3), P3), theta
+    )
     assert float((H - Ha).abs().max()) < 1e-12
     Hb = population_hessian(*_rand(d=3, m=3, seed=2, n=2), P3)
     assert Hb.shape == (2, 36, 36)  # 2dm + 2m^2 = 36
@@ -195,7 +227,7 @@ def test_validation_names_the_argument():
 
 def test_flow_with_one_chain_per_model_equals_separate_flows():
     Ps = torch.stack([perturbed_chain(3, 0.6, delta, 0.5) for delta in (0.0, 0.05)])
-    p0 = init_params(3, 4, 0.05, seed=2)                      # shared start, broadcast to the batch
+    p0 = init_params(3, 4, 0.05, seed=2)  # shared start, broadcast to the batch
     te = np.linspace(0, 30, 7)
     both = population_flow(p0, Ps, 30.0, t_eval=te)
     assert both.W0.shape == (7, 2, 3, 4) and both.pi.shape == (2, 3)

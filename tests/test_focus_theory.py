@@ -1,16 +1,31 @@
 """attnbook.focus.theory: closed forms and SymPy derivations, each checked numerically."""
+
 import numpy as np
 import pytest
 import sympy as sp
 import torch
 
-from attnbook.markov import entropy, lazy_chain, perturbed_chain
-from attnbook.focus import (Params, attention_growth_rate, condensation_directions,
-                            condensation_rate, init_params, population_flow, population_gradient,
-                            population_hessian, population_loss, saddle_point)
+from attnbook.focus import (
+    Params,
+    attention_growth_rate,
+    condensation_directions,
+    condensation_rate,
+    init_params,
+    population_flow,
+    population_gradient,
+    population_hessian,
+    population_loss,
+    saddle_point,
+)
 from attnbook.focus.metrics import growth_rate_fit
-from attnbook.focus.theory import (condensation_rate_symbolic_d, origin_linearisation,
-                                   reduced_ode, reduced_to_params, saddle_attention_block)
+from attnbook.focus.theory import (
+    condensation_rate_symbolic_d,
+    origin_linearisation,
+    reduced_ode,
+    reduced_to_params,
+    saddle_attention_block,
+)
+from attnbook.markov import entropy, lazy_chain, perturbed_chain
 
 torch.set_num_threads(1)
 PI = torch.tensor([0.75, 0.19, 0.05, 0.01], dtype=torch.float64)
@@ -18,10 +33,14 @@ PI = torch.tensor([0.75, 0.19, 0.05, 0.01], dtype=torch.float64)
 
 def test_condensation_directions_values_and_batching():
     u, v = condensation_directions(PI.numpy())
-    np.testing.assert_allclose(u.numpy(), PI.numpy() / np.linalg.norm(PI.numpy()), atol=1e-15)
+    np.testing.assert_allclose(
+        u.numpy(), PI.numpy() / np.linalg.norm(PI.numpy()), atol=1e-15
+    )
     b = PI.numpy() - 0.25
     np.testing.assert_allclose(v.numpy(), b / np.linalg.norm(b), atol=1e-15)
-    U, V = condensation_directions(torch.stack([PI, torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)]))
+    U, V = condensation_directions(
+        torch.stack([PI, torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)])
+    )
     assert U.shape == V.shape == (2, 4)
     np.testing.assert_allclose(U.norm(dim=-1).numpy(), 1.0, atol=1e-15)
     with pytest.raises(ValueError, match="uniform"):
@@ -31,13 +50,17 @@ def test_condensation_directions_values_and_batching():
 
 
 def test_attention_growth_rate_reference_value_and_batching():
-    assert float(attention_growth_rate(PI, 0.5)) == pytest.approx(0.07978470143, rel=1e-9)
+    assert float(attention_growth_rate(PI, 0.5)) == pytest.approx(
+        0.07978470143, rel=1e-9
+    )
     lams = np.array([0.0, 0.25, 0.5])
     c = attention_growth_rate(PI, lams)
     np.testing.assert_allclose(c.numpy(), 0.07978470143 * lams / 0.5, rtol=1e-9)
     cb = attention_growth_rate(torch.stack([PI, PI.flip(0)]), 0.5)
     assert cb.shape == (2,) and float(cb[0]) == pytest.approx(float(cb[1]), rel=1e-12)
-    assert float(attention_growth_rate([0.25] * 4, 0.5)) == pytest.approx(0.0, abs=1e-15)
+    assert float(attention_growth_rate([0.25] * 4, 0.5)) == pytest.approx(
+        0.0, abs=1e-15
+    )
     with pytest.raises(ValueError, match="lam"):
         attention_growth_rate(PI, 1.0)
     with pytest.raises(ValueError, match="positive"):
@@ -55,22 +78,34 @@ def test_saddle_point_is_critical_predicts_unigram_and_is_balanced():
         saddle_point(PI, 6, alpha=np.ones(5))
 
 
-@pytest.mark.parametrize("pi,lam", [(PI, 0.5), (torch.tensor([0.7, 0.12, 0.1, 0.08], dtype=torch.float64), 0.3),
-                                    (torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64), 0.8)])
+@pytest.mark.parametrize(
+    "pi,lam",
+    [
+        (PI, 0.5),
+        (torch.tensor([0.7, 0.12, 0.1, 0.08], dtype=torch.float64), 0.3),
+        (torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64), 0.8),
+    ],
+)
 def test_growth_rate_equals_top_jacobian_eigenvalue_at_saddle(pi, lam):
     """The flow's Jacobian -Hess L at the saddle (autograd) has top eigenvalue c."""
     P = lazy_chain(pi, lam)
     H = population_hessian(*saddle_point(pi, 5), P)
     ev = torch.linalg.eigvalsh(-(H + H.T) / 2)
-    assert float(ev[-1]) == pytest.approx(float(attention_growth_rate(pi, lam)), rel=1e-9)
+    assert float(ev[-1]) == pytest.approx(
+        float(attention_growth_rate(pi, lam)), rel=1e-9
+    )
 
 
 def test_condensation_rate_is_top_jacobian_eigenvalue_at_origin():
     """At the origin the W0/W1 block of -Hess L has eigenvalues +-||pi|| ||b||, eigvec (pi, b)."""
     P = lazy_chain(PI, 0.5)
     d, m = 4, 3
-    z = Params(torch.zeros(d, m, dtype=torch.float64), torch.zeros(m, d, dtype=torch.float64),
-               torch.zeros(m, m, dtype=torch.float64), torch.zeros(m, m, dtype=torch.float64))
+    z = Params(
+        torch.zeros(d, m, dtype=torch.float64),
+        torch.zeros(m, d, dtype=torch.float64),
+        torch.zeros(m, m, dtype=torch.float64),
+        torch.zeros(m, m, dtype=torch.float64),
+    )
     H = population_hessian(*z, P)
     ev, V = torch.linalg.eigh(-(H + H.T) / 2)
     assert float(ev[-1]) == pytest.approx(float(condensation_rate(PI)), rel=1e-12)
@@ -79,7 +114,7 @@ def test_condensation_rate_is_top_jacobian_eigenvalue_at_origin():
     u, v = condensation_directions(PI)
     U, S, _ = torch.linalg.svd(W0)
     assert float(abs(U[:, 0] @ u)) == pytest.approx(1.0, abs=1e-10)
-    W1 = top[d * m: 2 * d * m].reshape(m, d)
+    W1 = top[d * m : 2 * d * m].reshape(m, d)
     _, _, Vt = torch.linalg.svd(W1)
     assert float(abs(Vt[0] @ v)) == pytest.approx(1.0, abs=1e-10)
 
@@ -93,11 +128,18 @@ def test_sympy_origin_linearisation_d3():
     # numerically: dL/dM at M = 0 is dL/dW1 with W0 = I (then M = W1)
     pi_v = np.array([0.6, 0.3, 0.1])
     P = lazy_chain(pi_v, 0.37)
-    g = population_gradient(torch.eye(3, dtype=torch.float64), torch.zeros(3, 3, dtype=torch.float64),
-                            torch.zeros(3, 3, dtype=torch.float64), torch.zeros(3, 3, dtype=torch.float64), P)
+    g = population_gradient(
+        torch.eye(3, dtype=torch.float64),
+        torch.zeros(3, 3, dtype=torch.float64),
+        torch.zeros(3, 3, dtype=torch.float64),
+        torch.zeros(3, 3, dtype=torch.float64),
+        P,
+    )
     pis, lam = r["symbols"]
     f = sp.lambdify((list(pis), lam), r["grad_M"], "numpy")
-    np.testing.assert_allclose(np.array(f(list(pi_v), 0.37), dtype=float), g.W1.numpy(), atol=1e-14)
+    np.testing.assert_allclose(
+        np.array(f(list(pi_v), 0.37), dtype=float), g.W1.numpy(), atol=1e-14
+    )
     rate = float(r["rate"].subs(dict(zip(pis, pi_v))))
     assert rate == pytest.approx(float(condensation_rate(pi_v)), rel=1e-14)
 
@@ -120,7 +162,9 @@ def test_sympy_saddle_attention_block_d3_matches_closed_form_and_jacobian():
     assert derived == pytest.approx(closed, rel=1e-12)
     assert derived == pytest.approx(float(attention_growth_rate(pi_v, 0.6)), rel=1e-12)
     H = population_hessian(*saddle_point(pi_v, 4), lazy_chain(pi_v, 0.6))
-    assert float(torch.linalg.eigvalsh(-(H + H.T) / 2)[-1]) == pytest.approx(derived, rel=1e-9)
+    assert float(torch.linalg.eigvalsh(-(H + H.T) / 2)[-1]) == pytest.approx(
+        derived, rel=1e-9
+    )
     with pytest.raises(ValueError, match="pi_values"):
         r["numeric"]([0.5, 0.5], 0.5)
 
@@ -132,17 +176,23 @@ def test_sympy_reduced_ode_is_the_restricted_full_flow():
     rng = np.random.default_rng(0)
     y = rng.normal(size=2 * d + 2)
     a = rng.normal(size=m)
-    at = rng.normal(size=m)          # alpha-tilde need not be orthogonal to alpha
+    at = rng.normal(size=m)  # alpha-tilde need not be orthogonal to alpha
     p = reduced_to_params(y, m, alpha=a, alpha_tilde=at)
-    assert red["numeric_loss"](y, P) == pytest.approx(float(population_loss(*p, P)), rel=1e-12)
+    assert red["numeric_loss"](y, P) == pytest.approx(
+        float(population_loss(*p, P)), rel=1e-12
+    )
     g = population_gradient(*p, P)
     dy = red["numeric"](y, P)
     a_u, at_u = a / np.linalg.norm(a), at / np.linalg.norm(at)
     # the full velocity -grad stays on the manifold and has the reduced coordinates dy
     np.testing.assert_allclose(-g.W0.numpy(), np.outer(dy[:d], a_u), atol=1e-12)
-    np.testing.assert_allclose(-g.W1.numpy(), np.outer(a_u, dy[d:2 * d]), atol=1e-12)
-    np.testing.assert_allclose(-g.WQ.numpy(), dy[2 * d] * np.outer(a_u, at_u), atol=1e-12)
-    np.testing.assert_allclose(-g.WK.numpy(), dy[2 * d + 1] * np.outer(a_u, at_u), atol=1e-12)
+    np.testing.assert_allclose(-g.W1.numpy(), np.outer(a_u, dy[d : 2 * d]), atol=1e-12)
+    np.testing.assert_allclose(
+        -g.WQ.numpy(), dy[2 * d] * np.outer(a_u, at_u), atol=1e-12
+    )
+    np.testing.assert_allclose(
+        -g.WK.numpy(), dy[2 * d + 1] * np.outer(a_u, at_u), atol=1e-12
+    )
 
 
 def test_measured_attention_growth_near_saddle_matches_rate():
@@ -155,5 +205,7 @@ def test_measured_attention_growth_near_saddle_matches_rate():
     te = np.linspace(0, 60, 121)
     res = population_flow(start, P, 60.0, t_eval=te)
     Phi = np.einsum("tdm,tmn,tkn,tek->tde", res.W0, res.WQ, res.WK, res.W0)
-    rate, _ = growth_rate_fit(res.t, np.sqrt(np.linalg.norm(Phi, axis=(1, 2))), t_min=20, t_max=60)
+    rate, _ = growth_rate_fit(
+        res.t, np.sqrt(np.linalg.norm(Phi, axis=(1, 2))), t_min=20, t_max=60
+    )
     assert rate == pytest.approx(float(attention_growth_rate(pi, 0.5)), rel=0.01)

@@ -1,10 +1,19 @@
 """attnbook.markov: chains, stationary laws, sampling, entropy rate, validation."""
+
 import numpy as np
 import pytest
 import torch
 
-from attnbook.markov import (entropy, entropy_rate, estimate_chain, lazy_chain, perturbed_chain,
-                             perturbed_stationary, sample_sequences, stationary)
+from attnbook.markov import (
+    entropy,
+    entropy_rate,
+    estimate_chain,
+    lazy_chain,
+    perturbed_chain,
+    perturbed_stationary,
+    sample_sequences,
+    stationary,
+)
 
 torch.set_num_threads(1)
 PI = np.array([0.75, 0.19, 0.05, 0.01])
@@ -22,7 +31,11 @@ def test_lazy_chain_batched_pi_and_lam_and_torch_input():
     lams = np.array([0.0, 0.9])
     P = lazy_chain(pis, lams)
     assert P.shape == (2, 3, 3)
-    np.testing.assert_allclose(P[1].numpy(), 0.9 * np.eye(3) + 0.1 * np.outer(np.ones(3), pis[1].numpy()), atol=1e-7)
+    np.testing.assert_allclose(
+        P[1].numpy(),
+        0.9 * np.eye(3) + 0.1 * np.outer(np.ones(3), pis[1].numpy()),
+        atol=1e-7,
+    )
     np.testing.assert_allclose(stationary(P).numpy(), pis.numpy(), atol=1e-6)
 
 
@@ -48,7 +61,9 @@ def test_stationary_random_chains_batched():
     A = torch.rand(5, 6, 6, generator=g, dtype=torch.float64) + 0.01
     P = A / A.sum(-1, keepdim=True)
     pi = stationary(P)
-    np.testing.assert_allclose((pi[:, None, :] @ P)[:, 0].numpy(), pi.numpy(), atol=1e-12)
+    np.testing.assert_allclose(
+        (pi[:, None, :] @ P)[:, 0].numpy(), pi.numpy(), atol=1e-12
+    )
     np.testing.assert_allclose(pi.sum(-1).numpy(), 1.0, atol=1e-12)
     # against the leading left eigenvector
     w, V = np.linalg.eig(P[0].numpy().T)
@@ -70,9 +85,13 @@ def test_stationary_validation():
 def test_perturbed_family():
     pi = perturbed_stationary(4, 0.7, 0.02)
     np.testing.assert_allclose(pi.numpy(), [0.7, 0.12, 0.10, 0.08], atol=1e-15)
-    np.testing.assert_allclose(perturbed_stationary(4, 0.7, 0.0).numpy(), [0.7, 0.1, 0.1, 0.1], atol=1e-15)
+    np.testing.assert_allclose(
+        perturbed_stationary(4, 0.7, 0.0).numpy(), [0.7, 0.1, 0.1, 0.1], atol=1e-15
+    )
     P = perturbed_chain(5, 0.6, 0.01, 0.5, c=[1, 1, -1, -1])
-    np.testing.assert_allclose(stationary(P).numpy(), [0.6, 0.11, 0.11, 0.09, 0.09], atol=1e-12)
+    np.testing.assert_allclose(
+        stationary(P).numpy(), [0.6, 0.11, 0.11, 0.09, 0.09], atol=1e-12
+    )
     with pytest.raises(ValueError, match="delta"):
         perturbed_stationary(4, 0.7, 0.2)
     with pytest.raises(ValueError, match="c must sum to zero"):
@@ -90,9 +109,11 @@ def test_sampling_reproducible_and_correct_statistics():
     assert torch.equal(x1, x2) and not torch.equal(x1, x3)
     emp, _ = estimate_chain(x1, 4)
     pairs = torch.stack([x1[:, :-1].reshape(-1), x1[:, 1:].reshape(-1)])
-    counts = torch.zeros(4, 4, dtype=torch.float64).index_put_((pairs[0], pairs[1]),
-                                                                torch.ones(pairs.shape[1], dtype=torch.float64),
-                                                                accumulate=True)
+    counts = torch.zeros(4, 4, dtype=torch.float64).index_put_(
+        (pairs[0], pairs[1]),
+        torch.ones(pairs.shape[1], dtype=torch.float64),
+        accumulate=True,
+    )
     n_rows = counts.sum(-1, keepdim=True)
     se = torch.sqrt(P * (1 - P) / n_rows)
     assert bool(((emp - P).abs() <= 5 * se + 1e-12).all())
@@ -102,7 +123,9 @@ def test_sampling_reproducible_and_correct_statistics():
 
 
 def test_sampling_batched_chains_and_init():
-    P = torch.stack([lazy_chain(PI, 0.0), torch.eye(4, dtype=torch.float64)[[1, 2, 3, 0]]])
+    P = torch.stack(
+        [lazy_chain(PI, 0.0), torch.eye(4, dtype=torch.float64)[[1, 2, 3, 0]]]
+    )
     x = sample_sequences(P, 10, 6, seed=0, init=[1.0, 0, 0, 0])
     assert x.shape == (2, 10, 6)
     # the second chain is a deterministic cycle 0 -> 1 -> 2 -> 3 -> 0
@@ -121,7 +144,9 @@ def test_entropy_rate():
     expected = -(PI[:, None] * Pn * np.log(Pn)).sum()
     assert float(entropy_rate(P)) == pytest.approx(expected, rel=1e-12)
     # lam = 0: i.i.d. tokens, entropy rate = H(pi)
-    assert float(entropy_rate(lazy_chain(PI, 0.0))) == pytest.approx(float(entropy(PI)), rel=1e-12)
+    assert float(entropy_rate(lazy_chain(PI, 0.0))) == pytest.approx(
+        float(entropy(PI)), rel=1e-12
+    )
     # a deterministic cycle has zero entropy rate
     assert float(entropy_rate(torch.eye(3, dtype=torch.float64)[[1, 2, 0]])) == 0.0
     # empirical check: mean -log P[x_t, x_{t+1}] over a long sample

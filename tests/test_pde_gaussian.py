@@ -1,5 +1,6 @@
 """Tests of the Gaussian moment equations: SymPy derivation vs hand-written closed forms vs
 Monte Carlo vs particles, and of the integrated flows (blow-up, clustering)."""
+
 import math
 
 import numpy as np
@@ -7,12 +8,22 @@ import pytest
 import sympy as sp
 import torch
 
-from attnbook.pde import (clustering_limit, covariance_flow, derive_moment_equations,
-                          gaussian_flow, identity_value_blowup_time, identity_value_covariance,
-                          moment_rhs, sample_gaussian, scalar_blowup_time, scalar_softmax_mean,
-                          scalar_softmax_variance, simulate)
 from attnbook.pde import closed_forms as cf
-from attnbook.pde import symbolic
+from attnbook.pde import (
+    clustering_limit,
+    covariance_flow,
+    derive_moment_equations,
+    gaussian_flow,
+    identity_value_blowup_time,
+    identity_value_covariance,
+    moment_rhs,
+    sample_gaussian,
+    scalar_blowup_time,
+    scalar_softmax_mean,
+    scalar_softmax_variance,
+    simulate,
+    symbolic,
+)
 
 torch.set_num_threads(1)
 RNG = np.random.default_rng(7)
@@ -28,10 +39,12 @@ def test_sympy_rhs_equals_hand_written_closed_forms(d):
     a, S = RNG.normal(size=d), _spd(d)
     A, V = RNG.normal(size=(d, d)), RNG.normal(size=(d, d))
     Q, K = RNG.normal(size=(3, d)), RNG.normal(size=(3, d))
-    pairs = [(moment_rhs("softmax", a, S, A=A, V=V), cf.softmax_moment_rhs(a, S, A, V)),
-             (moment_rhs("linear", a, S, A=A, V=V), cf.linear_moment_rhs(a, S, A, V)),
-             (moment_rhs("l2", a, S, Q=Q, K=K, V=V), cf.l2_moment_rhs(a, S, Q, K, V)),
-             (moment_rhs("sinkhorn", a, S, A=A, V=V), cf.sinkhorn_moment_rhs(a, S, A, V))]
+    pairs = [
+        (moment_rhs("softmax", a, S, A=A, V=V), cf.softmax_moment_rhs(a, S, A, V)),
+        (moment_rhs("linear", a, S, A=A, V=V), cf.linear_moment_rhs(a, S, A, V)),
+        (moment_rhs("l2", a, S, Q=Q, K=K, V=V), cf.l2_moment_rhs(a, S, Q, K, V)),
+        (moment_rhs("sinkhorn", a, S, A=A, V=V), cf.sinkhorn_moment_rhs(a, S, A, V)),
+    ]
     for (m1, S1), (m2, S2) in pairs:
         np.testing.assert_allclose(m1, m2, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(S1, S2, rtol=1e-9, atol=1e-11)
@@ -41,7 +54,7 @@ def test_derivations_are_displayable_and_affine():
     for kind in symbolic.GAUSSIAN_KINDS:
         der = derive_moment_equations(kind)
         assert der.steps and "Sigma" in str(der.cov_rhs)
-        assert der.jacobian.free_symbols.isdisjoint({symbolic.x})   # Γ affine in x
+        assert der.jacobian.free_symbols.isdisjoint({symbolic.x})  # Γ affine in x
     with pytest.raises(ValueError, match="kind"):
         derive_moment_equations("sigmoid")
 
@@ -50,9 +63,9 @@ def test_scalar_integrals_by_sympy():
     _, _, ratio = symbolic.scalar_softmax_integral()
     y, x, a = sp.symbols("y x a", real=True)
     al, s = sp.Symbol("alpha", real=True), sp.Symbol("sigma", positive=True)
-    assert sp.simplify(ratio - (al + a * s ** 2 * x)) == 0
+    assert sp.simplify(ratio - (al + a * s**2 * x)) == 0
     root, rhs = symbolic.scalar_sinkhorn_solution()
-    a_, s2_, v_ = sorted(rhs.free_symbols, key=str)          # a, sigma2, v
+    a_, s2_, v_ = sorted(rhs.free_symbols, key=str)  # a, sigma2, v
     f = sp.lambdify((s2_, v_, a_), rhs)
     for s2, v, aa in [(0.5, 1.0, 0.7), (2.0, -0.3, -1.5)]:
         assert abs(f(s2, v, aa) - cf.sinkhorn_scalar_rhs(s2, v, aa)) < 1e-12
@@ -64,19 +77,25 @@ def test_scalar_integrals_by_sympy():
 
 def test_sinkhorn_closed_form_solves_the_derived_equation():
     for d in (1, 2, 5):
-        assert symbolic.sinkhorn_fixed_point_residual(_spd(d), RNG.normal(size=(d, d))) < 1e-12
+        assert (
+            symbolic.sinkhorn_fixed_point_residual(_spd(d), RNG.normal(size=(d, d)))
+            < 1e-12
+        )
 
 
 def test_sinkhorn_cross_covariance_matches_entropic_ot_of_samples():
     """The closed-form plan against POT's Sinkhorn on a large sample (Monte Carlo check)."""
     import ot
+
     d, n = 2, 1500
     S = np.array([[1.0, 0.3], [0.3, 0.6]])
     A = np.array([[0.8, 0.2], [-0.3, 0.5]])
     x = sample_gaussian(n, np.zeros(d), S, seed=1, exact_moments=True).numpy()
-    M = -(x @ A.T) @ x.T                       # cost -<A x_i, x_j>
-    plan = ot.sinkhorn(np.full(n, 1 / n), np.full(n, 1 / n), M, reg=1.0, numItermax=5000, stopThr=1e-12)
-    C_emp = x.T @ plan @ x                     # E_pi[x y^T]
+    M = -(x @ A.T) @ x.T  # cost -<A x_i, x_j>
+    plan = ot.sinkhorn(
+        np.full(n, 1 / n), np.full(n, 1 / n), M, reg=1.0, numItermax=5000, stopThr=1e-12
+    )
+    C_emp = x.T @ plan @ x  # E_pi[x y^T]
     C = symbolic.sinkhorn_cross_covariance(S, A).T
     np.testing.assert_allclose(C_emp, C, atol=0.03)
 
@@ -90,7 +109,11 @@ def test_tilted_mean_by_importance_sampling(kind):
     Q, K = np.array([[0.7, 0.1], [0.0, 0.5]]), np.array([[0.4, -0.3], [0.2, 0.6]])
     der = derive_moment_equations(kind)
     eye = sp.MatrixSymbol("I_d", symbolic.d, symbolic.d)
-    f = sp.lambdify(der.arguments + (symbolic.x, eye), der.velocity.xreplace({symbolic.I_d: eye}), "numpy")
+    f = sp.lambdify(
+        der.arguments + (symbolic.x, eye),
+        der.velocity.xreplace({symbolic.I_d: eye}),
+        "numpy",
+    )
     y = np.random.default_rng(0).multivariate_normal(a, S, size=400_000)
     x = np.array([0.5, 1.0])
     if kind == "softmax":
@@ -110,9 +133,15 @@ def test_scalar_softmax_flow_matches_closed_form_and_blows_up_on_time():
     t = np.linspace(0, 0.95 * T, 20)
     fl = gaussian_flow([m0], [[s0]], t, kind="softmax", A=[[a]], V=[[v]])
     assert fl.blowup_time is None and len(fl.t) == 20
-    np.testing.assert_allclose(fl.cov[:, 0, 0], scalar_softmax_variance(t, s0, v, a), rtol=1e-8)
-    np.testing.assert_allclose(fl.mean[:, 0], scalar_softmax_mean(t, m0, s0, v, a), rtol=1e-8)
-    fl2 = gaussian_flow([m0], [[s0]], np.linspace(0, 2 * T, 41), kind="softmax", A=[[a]], V=[[v]])
+    np.testing.assert_allclose(
+        fl.cov[:, 0, 0], scalar_softmax_variance(t, s0, v, a), rtol=1e-8
+    )
+    np.testing.assert_allclose(
+        fl.mean[:, 0], scalar_softmax_mean(t, m0, s0, v, a), rtol=1e-8
+    )
+    fl2 = gaussian_flow(
+        [m0], [[s0]], np.linspace(0, 2 * T, 41), kind="softmax", A=[[a]], V=[[v]]
+    )
     assert fl2.blew_up and abs(fl2.blowup_time - T) < 1e-6 * T
     assert np.all(fl2.t < fl2.blowup_time) and np.all(np.isfinite(fl2.cov))
 
@@ -131,14 +160,16 @@ def test_matrix_blowup_time_V_identity():
 def test_clustering_limit_rank_deficient():
     S0 = np.array([[1.0, 0.4, 0.0], [0.4, 0.8, 0.2], [0.0, 0.2, 0.5]])
     Qm = np.array([[1.0, -0.5, 0.3]])
-    A = -Qm.T @ Qm                           # A + A^T = -2 q q^T ⪯ 0, kernel of dimension 2
+    A = -Qm.T @ Qm  # A + A^T = -2 q q^T ⪯ 0, kernel of dimension 2
     L = clustering_limit(S0, A)
     assert np.linalg.matrix_rank(L, tol=1e-9) == 2
     t = np.array([0.0, 1e3])
     fl = gaussian_flow(np.zeros(3), S0, t, kind="softmax", A=A)
     err = np.abs(fl.cov[-1] - L).max()
-    assert err < 5e-3                          # O(1/t)
-    np.testing.assert_allclose(identity_value_covariance(t, S0, A)[-1], fl.cov[-1], rtol=1e-6, atol=1e-9)
+    assert err < 5e-3  # O(1/t)
+    np.testing.assert_allclose(
+        identity_value_covariance(t, S0, A)[-1], fl.cov[-1], rtol=1e-6, atol=1e-9
+    )
     with pytest.raises(ValueError, match="negative semi-definite"):
         clustering_limit(S0, np.eye(3))
 
@@ -150,7 +181,9 @@ def test_l2_and_sinkhorn_never_blow_up_where_softmax_does():
     assert gaussian_flow(np.zeros(2), S0, t, kind="softmax", A=A).blew_up
     for kind in ("l2", "sinkhorn"):
         fl = gaussian_flow(np.zeros(2), S0, t, kind=kind, A=A)
-        assert fl.blowup_time is None and len(fl.t) == 16 and np.all(np.isfinite(fl.cov))
+        assert (
+            fl.blowup_time is None and len(fl.t) == 16 and np.all(np.isfinite(fl.cov))
+        )
 
 
 @pytest.mark.parametrize("kind", ["softmax", "l2", "sinkhorn", "linear"])
@@ -162,7 +195,9 @@ def test_particles_follow_the_moment_ode(kind):
     t = np.linspace(0, 0.5, 3)
     xT = simulate(x0, t, kind=kind, A=A, V=V, step=0.05)[-1].numpy()
     g = gaussian_flow(m0, S0, t, kind=kind, A=A, V=V)
-    tol = 1e-8 if kind == "linear" else 1.5e-2      # linear sees only the (exact) second moments
+    tol = (
+        1e-8 if kind == "linear" else 1.5e-2
+    )  # linear sees only the (exact) second moments
     np.testing.assert_allclose(xT.mean(0), g.mean[-1], atol=tol)
     np.testing.assert_allclose(np.cov(xT.T, bias=True), g.cov[-1], atol=tol)
 
@@ -182,7 +217,7 @@ def test_covariance_flow_batch_matches_single_and_predicts_rank():
     rng = np.random.default_rng(3)
     S0 = np.stack([_spd(d, rng) for _ in range(B)])
     Qs = rng.normal(size=(B, d // 2, d))
-    A = -np.einsum("bki,bkj->bij", Qs, Qs) / math.sqrt(d // 2)   # K = -Q
+    A = -np.einsum("bki,bkj->bij", Qs, Qs) / math.sqrt(d // 2)  # K = -Q
     t = np.concatenate([[0.0], np.logspace(-2, 4, 13)])
     fl = covariance_flow(S0, t, A=A)
     single = gaussian_flow(np.zeros(d), S0[0], t[:5], kind="softmax", A=A[0])
@@ -197,21 +232,24 @@ def test_covariance_flow_flags_explosions():
     A = np.stack([np.eye(2), -np.eye(2)])
     fl = covariance_flow(S0, np.linspace(0, 3, 7), A=A, max_trace=1e3)
     assert fl.exploded.tolist() == [True, False]
-    assert 1.0 <= fl.explode_time[0] <= 1.5 and np.isinf(fl.explode_time[1])   # T* = 1
+    assert 1.0 <= fl.explode_time[0] <= 1.5 and np.isinf(fl.explode_time[1])  # T* = 1
 
 
-@pytest.mark.parametrize("kwargs, err, match", [
-    (dict(cov0=[[1.0, 0.5], [0.0, 1.0]]), ValueError, "symmetric"),
-    (dict(cov0=[[1.0, 2.0], [2.0, 1.0]]), ValueError, "positive semi-definite"),
-    (dict(cov0=np.eye(3)), ValueError, "cov0"),
-    (dict(cov0=np.ones((2, 3))), ValueError, "square"),
-    (dict(kind="softmaxx"), ValueError, "kind"),
-    (dict(kind="sigmoid"), ValueError, "sigmoid"),
-    (dict(t=[0.0, 0.5, 0.2]), ValueError, "increasing"),
-    (dict(A=np.eye(3)), ValueError, "A"),
-    (dict(V=np.ones((2, 3))), ValueError, "V"),
-    (dict(mean0=[[0.0, 0.0]]), ValueError, "mean0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, err, match",
+    [
+        (dict(cov0=[[1.0, 0.5], [0.0, 1.0]]), ValueError, "symmetric"),
+        (dict(cov0=[[1.0, 2.0], [2.0, 1.0]]), ValueError, "positive semi-definite"),
+        (dict(cov0=np.eye(3)), ValueError, "cov0"),
+        (dict(cov0=np.ones((2, 3))), ValueError, "square"),
+        (dict(kind="softmaxx"), ValueError, "kind"),
+        (dict(kind="sigmoid"), ValueError, "sigmoid"),
+        (dict(t=[0.0, 0.5, 0.2]), ValueError, "increasing"),
+        (dict(A=np.eye(3)), ValueError, "A"),
+        (dict(V=np.ones((2, 3))), ValueError, "V"),
+        (dict(mean0=[[0.0, 0.0]]), ValueError, "mean0"),
+    ],
+)
 def test_gaussian_flow_bad_input(kwargs, err, match):
     args = dict(mean0=np.zeros(2), cov0=np.eye(2), t=[0.0, 1.0], kind="softmax")
     args.update(kwargs)

@@ -1,12 +1,24 @@
 """Tests of attnbook.pde.meanfield: exact 1-D W₂, rates, Jacobians and coupling bounds."""
+
 import numpy as np
 import pytest
 import torch
 from scipy.stats import norm
 
-from attnbook.pde import (coupling_distance, fit_rate, gelbrich_distance, one_sided_lipschitz,
-                          optimal_matching, particle_jacobian, sample_gaussian, simulate,
-                          velocity, w2_particles, w2_particles_batch, w2_to_gaussian_1d)
+from attnbook.pde import (
+    coupling_distance,
+    fit_rate,
+    gelbrich_distance,
+    one_sided_lipschitz,
+    optimal_matching,
+    particle_jacobian,
+    sample_gaussian,
+    simulate,
+    velocity,
+    w2_particles,
+    w2_particles_batch,
+    w2_to_gaussian_1d,
+)
 
 torch.set_num_threads(1)
 RNG = np.random.default_rng(2024)
@@ -24,7 +36,9 @@ def test_w2_to_gaussian_1d_matches_quantile_integral_and_is_batched():
     ref = [_w2_fine_quantiles(xb, 0.1, np.sqrt(0.5)) for xb in x]
     np.testing.assert_allclose(got, ref, rtol=1e-4)
     # (..., n, 1) input, tensor input and per-batch parameters give the same numbers
-    got2 = w2_to_gaussian_1d(torch.as_tensor(x[..., None]), np.full(3, 0.1), np.full(3, 0.5))
+    got2 = w2_to_gaussian_1d(
+        torch.as_tensor(x[..., None]), np.full(3, 0.1), np.full(3, 0.5)
+    )
     np.testing.assert_allclose(got2, got, rtol=1e-12)
 
 
@@ -34,7 +48,9 @@ def test_w2_to_gaussian_1d_shift_and_scale():
     x = RNG.normal(size=n)
     base = w2_to_gaussian_1d(x, 0.0, 1.0)
     # W₂ is translation- and scale-equivariant
-    assert w2_to_gaussian_1d(2.0 * x + 3.0, 3.0, 4.0) == pytest.approx(2 * base, rel=1e-10)
+    assert w2_to_gaussian_1d(2.0 * x + 3.0, 3.0, 4.0) == pytest.approx(
+        2 * base, rel=1e-10
+    )
     with pytest.raises(ValueError, match="var"):
         w2_to_gaussian_1d(x, 0.0, -1.0)
     with pytest.raises(ValueError, match="x"):
@@ -59,11 +75,13 @@ def test_w2_batch_and_matching_agree_with_pot():
     x, y = RNG.normal(size=(3, 20, 2)), RNG.normal(size=(3, 20, 2)) + 0.5
     w = w2_particles_batch(x, y)
     assert w.shape == (3,)
-    np.testing.assert_allclose(w, [w2_particles(a, b) for a, b in zip(x, y)], rtol=1e-10)
+    np.testing.assert_allclose(
+        w, [w2_particles(a, b) for a, b in zip(x, y)], rtol=1e-10
+    )
     perm = optimal_matching(x, y)
     ym = np.take_along_axis(y, perm[..., None], axis=1)
     np.testing.assert_allclose(coupling_distance(x, ym), w, rtol=1e-10)
-    assert np.all(coupling_distance(x, y) >= w - 1e-12)       # any pairing is a plan
+    assert np.all(coupling_distance(x, y) >= w - 1e-12)  # any pairing is a plan
     with pytest.raises(ValueError, match="same shape"):
         coupling_distance(x, y[:, :5])
 
@@ -75,7 +93,7 @@ def test_fit_rate_recovers_a_power_law():
     assert fit.slope == pytest.approx(-0.37, abs=5e-3)
     assert fit.prefactor == pytest.approx(3.0, rel=2e-2)
     assert fit.stderr < 5e-3
-    np.testing.assert_allclose(fit(n), 3.0 * n ** -0.37, rtol=3e-2)
+    np.testing.assert_allclose(fit(n), 3.0 * n**-0.37, rtol=3e-2)
     with pytest.raises(ValueError, match="values"):
         fit_rate(n, -vals)
     with pytest.raises(ValueError, match="n"):
@@ -87,7 +105,7 @@ def test_particle_jacobian_matches_finite_differences_batched():
     A, V = RNG.normal(size=(3, 3)) * 0.5, RNG.normal(size=(3, 3))
     A2, V2 = RNG.normal(size=(2, 3, 3)) * 0.5, RNG.normal(size=(2, 3, 3))
     for kind in ("softmax", "multihead", "linear", "sigmoid", "l2"):
-        if kind == "multihead":           # two heads: closed-form Jacobian summed over heads
+        if kind == "multihead":  # two heads: closed-form Jacobian summed over heads
             A, V = A2, V2
         J = particle_jacobian(x, kind=kind, A=A, V=V)
         assert J.shape == (2, 21, 21)
@@ -97,8 +115,10 @@ def test_particle_jacobian_matches_finite_differences_batched():
                 e = np.zeros(21)
                 e[col] = h
                 e = e.reshape(7, 3)
-                fd = (velocity(x[b] + e, kind=kind, A=A, V=V)
-                      - velocity(x[b] - e, kind=kind, A=A, V=V)).reshape(-1) / (2 * h)
+                fd = (
+                    velocity(x[b] + e, kind=kind, A=A, V=V)
+                    - velocity(x[b] - e, kind=kind, A=A, V=V)
+                ).reshape(-1) / (2 * h)
                 np.testing.assert_allclose(J[b, :, col], fd, atol=1e-7)
     with pytest.raises(ValueError, match="sinkhorn"):
         particle_jacobian(x, kind="sinkhorn")
@@ -109,13 +129,30 @@ def test_softmax_jacobian_closed_form_equals_autograd_with_weights_and_mask():
     A, V = RNG.normal(size=(2, 2)), RNG.normal(size=(2, 2))
     w = torch.as_tensor(RNG.dirichlet(np.ones(6)))
     for causal, weights in ((False, None), (False, w), (True, None)):
-        J = particle_jacobian(x, kind="softmax", A=A, V=V, causal=causal, weights=weights)
+        J = particle_jacobian(
+            x, kind="softmax", A=A, V=V, causal=causal, weights=weights
+        )
         for b in range(2):
-            f = lambda y: velocity(y.reshape(6, 2), kind="softmax", A=A, V=V, causal=causal,
-                                   weights=weights).reshape(-1)
+
+            def f(y, causal=causal, weights=weights):
+                return velocity(
+                    y.reshape(6, 2),
+                    kind="softmax",
+                    A=A,
+                    V=V,
+                    causal=causal,
+                    weights=weights,
+                ).reshape(-1)
+
             h = 1e-6
-            fd = torch.stack([(f(x[b].reshape(-1) + h * e) - f(x[b].reshape(-1) - h * e)) / (2 * h)
-                              for e in torch.eye(12, dtype=torch.float64)], dim=1)
+            fd = torch.stack(
+                [
+                    (f(x[b].reshape(-1) + h * e) - f(x[b].reshape(-1) - h * e))
+                    / (2 * h)
+                    for e in torch.eye(12, dtype=torch.float64)
+                ],
+                dim=1,
+            )
             torch.testing.assert_close(J[b], fd, atol=1e-7, rtol=0)
 
 
@@ -130,8 +167,9 @@ def test_one_sided_lipschitz_bounds_the_coupling_growth():
     integral = np.concatenate([[0], np.cumsum((lam[1:] + lam[:-1]) / 2 * np.diff(t))])
     D = coupling_distance(traj[:, 0], traj[:, 1]).numpy()
     assert np.all(D / D[0] <= np.exp(integral) * (1 + 1e-3))
-    assert D[-1] / D[0] > 1.05      # the bound is not vacuous here: the systems do separate
+    assert D[-1] / D[0] > 1.05  # the bound is not vacuous here: the systems do separate
     # uniform weights given explicitly give the same constant
     w = np.full(24, 1 / 24)
-    assert one_sided_lipschitz(x0.numpy(), kind="softmax", A=A, weights=w) == pytest.approx(
-        float(lam[0]), rel=1e-10)
+    assert one_sided_lipschitz(
+        x0.numpy(), kind="softmax", A=A, weights=w
+    ) == pytest.approx(float(lam[0]), rel=1e-10)

@@ -1,4 +1,5 @@
 """Tests of attnbook.pde.particles: every velocity field against a plain per-token loop."""
+
 import math
 
 import numpy as np
@@ -7,8 +8,16 @@ import torch
 
 from attnbook.attention import attention_weights
 from attnbook.flows import BlowUpError
-from attnbook.pde import (KINDS, attention_matrix, interaction_energy, partition_function,
-                          sample_gaussian, simulate, sink_weights, velocity)
+from attnbook.pde import (
+    KINDS,
+    attention_matrix,
+    interaction_energy,
+    partition_function,
+    sample_gaussian,
+    simulate,
+    sink_weights,
+    velocity,
+)
 
 torch.set_num_threads(1)
 RNG = np.random.default_rng(12345)
@@ -52,25 +61,36 @@ def test_velocity_matches_naive_loop(cloud, kind, causal):
     x, A, V = cloud
     v = velocity(x, kind=kind, A=A, V=V, causal=causal, bias=0.3)
     assert isinstance(v, np.ndarray) and v.shape == x.shape
-    np.testing.assert_allclose(v, _naive(x, kind, A, V, causal=causal, bias=0.3), rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(
+        v, _naive(x, kind, A, V, causal=causal, bias=0.3), rtol=1e-11, atol=1e-12
+    )
 
 
 def test_l2_kernel_with_Q_K_and_with_A_only(cloud):
     x, A, V = cloud
     Q, K = RNG.normal(size=(2, 3)), RNG.normal(size=(2, 3))
-    np.testing.assert_allclose(velocity(x, kind="l2", Q=Q, K=K, V=V), _naive(x, "l2", None, V, Q=Q, K=K),
-                               rtol=1e-11)
+    np.testing.assert_allclose(
+        velocity(x, kind="l2", Q=Q, K=K, V=V),
+        _naive(x, "l2", None, V, Q=Q, K=K),
+        rtol=1e-11,
+    )
     # A only: Q = A, K = I (kernel exp(-|Ax - y|^2))
-    np.testing.assert_allclose(velocity(x, kind="l2", A=A, V=V),
-                               _naive(x, "l2", None, V, Q=A, K=np.eye(3)), rtol=1e-11)
+    np.testing.assert_allclose(
+        velocity(x, kind="l2", A=A, V=V),
+        _naive(x, "l2", None, V, Q=A, K=np.eye(3)),
+        rtol=1e-11,
+    )
 
 
 def test_Q_K_give_A_with_sqrt_k_scaling(cloud):
     x, _, V = cloud
     Q, K = RNG.normal(size=(4, 3)), RNG.normal(size=(4, 3))
     A = K.T @ Q / 2.0
-    np.testing.assert_allclose(velocity(x, kind="softmax", Q=Q, K=K, V=V),
-                               velocity(x, kind="softmax", A=A, V=V), rtol=1e-12)
+    np.testing.assert_allclose(
+        velocity(x, kind="softmax", Q=Q, K=K, V=V),
+        velocity(x, kind="softmax", A=A, V=V),
+        rtol=1e-12,
+    )
 
 
 def test_agrees_with_attention_module(cloud):
@@ -94,24 +114,40 @@ def test_multihead_is_the_sum_of_heads(cloud):
     Q, K = RNG.normal(size=(4, 3)), RNG.normal(size=(4, 3))
     Vs = RNG.normal(size=(2, 3, 3))
     v = velocity(x, kind="multihead", Q=Q, K=K, V=Vs, heads=2)
-    ref = sum(velocity(x, kind="softmax", A=K[2 * h:2 * h + 2].T @ Q[2 * h:2 * h + 2] / math.sqrt(2), V=Vs[h])
-              for h in range(2))
+    ref = sum(
+        velocity(
+            x,
+            kind="softmax",
+            A=K[2 * h : 2 * h + 2].T @ Q[2 * h : 2 * h + 2] / math.sqrt(2),
+            V=Vs[h],
+        )
+        for h in range(2)
+    )
     np.testing.assert_allclose(v, ref, rtol=1e-12)
     # stacked (H, k, d) and stacked A give the same field
-    np.testing.assert_allclose(velocity(x, kind="multihead", Q=Q.reshape(2, 2, 3), K=K.reshape(2, 2, 3), V=Vs),
-                               v, rtol=1e-12)
+    np.testing.assert_allclose(
+        velocity(x, kind="multihead", Q=Q.reshape(2, 2, 3), K=K.reshape(2, 2, 3), V=Vs),
+        v,
+        rtol=1e-12,
+    )
     # a one-head multihead layer is softmax
     A = RNG.normal(size=(3, 3))
-    np.testing.assert_allclose(velocity(x, kind="multihead", A=A[None]), velocity(x, kind="softmax", A=A))
+    np.testing.assert_allclose(
+        velocity(x, kind="multihead", A=A[None]), velocity(x, kind="softmax", A=A)
+    )
 
 
 def test_batched_and_torch_inputs(cloud):
     x, A, V = cloud
     xb = RNG.normal(size=(4, 2, 9, 3))
     for kind in KINDS:
-        vb = velocity(torch.as_tensor(xb), kind=kind, A=A if kind != "multihead" else A[None], V=V)
+        vb = velocity(
+            torch.as_tensor(xb), kind=kind, A=A if kind != "multihead" else A[None], V=V
+        )
         assert isinstance(vb, torch.Tensor) and vb.shape == xb.shape
-        v12 = velocity(xb[1, 1], kind=kind, A=A if kind != "multihead" else A[None], V=V)
+        v12 = velocity(
+            xb[1, 1], kind=kind, A=A if kind != "multihead" else A[None], V=V
+        )
         np.testing.assert_allclose(vb[1, 1].numpy(), v12, rtol=1e-9, atol=1e-12)
 
 
@@ -119,17 +155,23 @@ def test_permutation_equivariance(cloud):
     x, A, V = cloud
     perm = RNG.permutation(len(x))
     for kind in ("softmax", "l2", "sinkhorn", "sigmoid", "linear"):
-        np.testing.assert_allclose(velocity(x[perm], kind=kind, A=A, V=V),
-                                   velocity(x, kind=kind, A=A, V=V)[perm], rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(
+            velocity(x[perm], kind=kind, A=A, V=V),
+            velocity(x, kind=kind, A=A, V=V)[perm],
+            rtol=1e-8,
+            atol=1e-12,
+        )
 
 
 def test_causal_uses_only_the_past(cloud):
     x, A, V = cloud
     v = velocity(x, kind="softmax", A=A, V=V, causal=True)
-    np.testing.assert_allclose(v[0], V @ x[0])          # the first token sees itself only
+    np.testing.assert_allclose(v[0], V @ x[0])  # the first token sees itself only
     y = x.copy()
     y[5:] += 1.0
-    np.testing.assert_allclose(velocity(y, kind="softmax", A=A, V=V, causal=True)[:5], v[:5], rtol=1e-12)
+    np.testing.assert_allclose(
+        velocity(y, kind="softmax", A=A, V=V, causal=True)[:5], v[:5], rtol=1e-12
+    )
 
 
 def test_weights_equal_duplicated_particles(cloud):
@@ -140,7 +182,9 @@ def test_weights_equal_duplicated_particles(cloud):
     xd = np.vstack([x, x[2:3]])
     for kind in ("softmax", "sigmoid", "linear", "sinkhorn"):
         vd = velocity(xd, kind=kind, A=A, V=V)
-        np.testing.assert_allclose(velocity(x, kind=kind, A=A, V=V, weights=w), vd[:9], rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(
+            velocity(x, kind=kind, A=A, V=V, weights=w), vd[:9], rtol=1e-8, atol=1e-10
+        )
 
 
 def test_attention_sink_weights(cloud):
@@ -148,18 +192,24 @@ def test_attention_sink_weights(cloud):
     w = sink_weights(9, 0.5)
     assert float(w[0]) == 0.5 and abs(float(w.sum()) - 1) < 1e-12
     v = velocity(x, kind="softmax", A=A, V=V, causal=True, sink_mass=0.5)
-    np.testing.assert_allclose(v, _naive(x, "softmax", A, V, w=w.numpy(), causal=True), rtol=1e-11)
+    np.testing.assert_allclose(
+        v, _naive(x, "softmax", A, V, w=w.numpy(), causal=True), rtol=1e-11
+    )
 
 
 def test_rk4_is_fourth_order_and_matches_dopri5():
     x0 = RNG.normal(size=(6, 2))
     A = np.array([[0.3, 0.2], [-0.1, 0.4]])
     t = [0.0, 1.0]
-    ref = simulate(x0, t, kind="softmax", A=A, method="dopri5", rtol=1e-12, atol=1e-13)[-1]
+    ref = simulate(x0, t, kind="softmax", A=A, method="dopri5", rtol=1e-12, atol=1e-13)[
+        -1
+    ]
     e1 = np.abs(simulate(x0, t, kind="softmax", A=A, step=0.2)[-1] - ref).max()
     e2 = np.abs(simulate(x0, t, kind="softmax", A=A, step=0.1)[-1] - ref).max()
-    assert 10 < e1 / e2 < 24                              # 2^4 = 16
-    assert np.abs(simulate(x0, t, kind="softmax", A=A, step=0.01)[-1] - ref).max() < 1e-8
+    assert 10 < e1 / e2 < 24  # 2^4 = 16
+    assert (
+        np.abs(simulate(x0, t, kind="softmax", A=A, step=0.01)[-1] - ref).max() < 1e-8
+    )
 
 
 def test_simulate_shapes_batch_and_reproducible_sampling():
@@ -182,7 +232,13 @@ def test_exact_moments_sampling():
 def test_linear_blowup_is_reported_not_nan():
     # one particle, d = 1: x' = a x^3 blows up at 1/(2 a x0^2) = 0.5
     with pytest.raises(BlowUpError) as info:
-        simulate(np.array([[1.0]]), np.linspace(0, 1, 11), kind="linear", A=np.array([[1.0]]), step=1e-3)
+        simulate(
+            np.array([[1.0]]),
+            np.linspace(0, 1, 11),
+            kind="linear",
+            A=np.array([[1.0]]),
+            step=1e-3,
+        )
     assert 0.45 < info.value.time < 0.52
     assert torch.isfinite(info.value.partial).all() and len(info.value.partial) <= 6
 
@@ -206,19 +262,22 @@ def test_energy_decreases_for_V_I_A_minus_I():
     assert Z.shape == (40,) and np.all(Z > 0)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(kind="softmaxx"), "kind"),
-    (dict(kind="softmax", A=np.ones((3, 2))), "A"),
-    (dict(kind="softmax", A=np.eye(2)), "A"),
-    (dict(kind="softmax", V=np.eye(4)), "V"),
-    (dict(kind="softmax", Q=np.ones((2, 3)), K=np.ones((3, 3))), "Q and K"),
-    (dict(kind="softmax", Q=np.ones((3, 3)), K=np.ones((3, 3)), heads=2), "heads"),
-    (dict(kind="softmax", A=np.eye(3), Q=np.eye(3), K=np.eye(3)), "either A"),
-    (dict(kind="sinkhorn", causal=True), "causal"),
-    (dict(kind="softmax", weights=np.ones(9)), "weights"),
-    (dict(kind="softmax", sink_mass=1.5), "sink_mass"),
-    (dict(kind="multihead", A=np.ones((2, 3, 3)), V=np.ones((3, 3, 3))), "V"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(kind="softmaxx"), "kind"),
+        (dict(kind="softmax", A=np.ones((3, 2))), "A"),
+        (dict(kind="softmax", A=np.eye(2)), "A"),
+        (dict(kind="softmax", V=np.eye(4)), "V"),
+        (dict(kind="softmax", Q=np.ones((2, 3)), K=np.ones((3, 3))), "Q and K"),
+        (dict(kind="softmax", Q=np.ones((3, 3)), K=np.ones((3, 3)), heads=2), "heads"),
+        (dict(kind="softmax", A=np.eye(3), Q=np.eye(3), K=np.eye(3)), "either A"),
+        (dict(kind="sinkhorn", causal=True), "causal"),
+        (dict(kind="softmax", weights=np.ones(9)), "weights"),
+        (dict(kind="softmax", sink_mass=1.5), "sink_mass"),
+        (dict(kind="multihead", A=np.ones((2, 3, 3)), V=np.ones((3, 3, 3))), "V"),
+    ],
+)
 def test_bad_arguments_raise_naming_them(cloud, kwargs, match):
     x, _, _ = cloud
     with pytest.raises(ValueError, match=match):

@@ -1,4 +1,5 @@
 """Tests of attnbook.pde.wasserstein against closed forms."""
+
 import numpy as np
 import pytest
 import torch
@@ -10,10 +11,12 @@ RNG = np.random.default_rng(11)
 
 def test_w2_particles_basic_identities():
     x = RNG.normal(size=(40, 2))
-    assert w2_particles(x, x) == pytest.approx(0.0, abs=1e-7)   # sqrt of round-off
+    assert w2_particles(x, x) == pytest.approx(0.0, abs=1e-7)  # sqrt of round-off
     shift = np.array([0.3, -0.4])
     assert w2_particles(x, x + shift) == pytest.approx(0.5, rel=1e-9)
-    assert w2_particles(torch.as_tensor(x), x[::-1].copy()) == pytest.approx(0.0, abs=1e-7)
+    assert w2_particles(torch.as_tensor(x), x[::-1].copy()) == pytest.approx(
+        0.0, abs=1e-7
+    )
 
 
 def test_w2_particles_1d_is_sorted_matching():
@@ -30,7 +33,9 @@ def test_bures_wasserstein_closed_forms():
     D1, D2 = np.diag([1.0, 4.0]), np.diag([9.0, 1.0])
     assert bures_wasserstein(m1, D1, m1, D2) == pytest.approx(np.sqrt(4 + 1), rel=1e-9)
     S2 = np.array([[0.7, -0.1], [-0.1, 0.9]])
-    assert bures_wasserstein(m1, S, m2, S2) == pytest.approx(bures_wasserstein(m2, S2, m1, S), rel=1e-9)
+    assert bures_wasserstein(m1, S, m2, S2) == pytest.approx(
+        bures_wasserstein(m2, S2, m1, S), rel=1e-9
+    )
 
 
 def test_bures_wasserstein_vs_large_samples():
@@ -38,7 +43,9 @@ def test_bures_wasserstein_vs_large_samples():
     m1, m2 = np.zeros(2), np.array([0.5, 0.0])
     rng = np.random.default_rng(0)
     x, y = rng.multivariate_normal(m1, S1, 1500), rng.multivariate_normal(m2, S2, 1500)
-    assert w2_particles(x, y) == pytest.approx(bures_wasserstein(m1, S1, m2, S2), abs=0.06)
+    assert w2_particles(x, y) == pytest.approx(
+        bures_wasserstein(m1, S1, m2, S2), abs=0.06
+    )
 
 
 def test_conditional_w2_and_errors():

@@ -11,6 +11,7 @@ def gaussian_potential(mean, prec):
     def U(theta):
         d = theta - mean
         return 0.5 * torch.einsum("ci,ij,cj->c", d, prec, d)
+
     return U
 
 
@@ -19,7 +20,9 @@ def test_gaussian_moments_and_diagnostics():
     cov = torch.tensor([[1.0, 0.6], [0.6, 2.0]], dtype=torch.float64)
     U = gaussian_potential(mean, torch.linalg.inv(cov))
     init = torch.zeros(64, 2, dtype=torch.float64)
-    res = sgld.sample(U, init, step_size=0.05, n_steps=12000, burn_in=2000, thin=10, seed=0)
+    res = sgld.sample(
+        U, init, step_size=0.05, n_steps=12000, burn_in=2000, thin=10, seed=0
+    )
     x = res.samples
     assert x.shape == (1000, 64, 2)
     flat = x.reshape(-1, 2)
@@ -40,11 +43,18 @@ def test_bias_shrinks_with_step_size():
     # 1-d Gaussian with precision 4: the exact SGLD stationary variance is
     # 1/(λ(1 − ηλ/4)) for the discretised Ornstein-Uhlenbeck process
     lam = 4.0
-    U = lambda th: 0.5 * lam * (th ** 2).sum(-1)  # noqa: E731
+    U = lambda th: 0.5 * lam * (th**2).sum(-1)  # noqa: E731
     vs = []
     for eta in (0.2, 0.05):
-        res = sgld.sample(U, torch.zeros(2000, 1, dtype=torch.float64), step_size=eta,
-                          n_steps=1500, burn_in=300, thin=3, seed=1)
+        res = sgld.sample(
+            U,
+            torch.zeros(2000, 1, dtype=torch.float64),
+            step_size=eta,
+            n_steps=1500,
+            burn_in=300,
+            thin=3,
+            seed=1,
+        )
         v = float(res.samples.var())
         exact = 1 / (lam * (1 - eta * lam / 4))
         assert v == pytest.approx(exact, rel=0.03)
@@ -59,34 +69,50 @@ def test_minibatch_gradients_unbiased():
     N, n = len(data), 10
 
     def U(theta, idx):
-        return 0.5 * theta[:, 0] ** 2 + (N / n) * 0.5 * ((theta - data[idx][None, :]) ** 2).sum(-1)
+        return 0.5 * theta[:, 0] ** 2 + (N / n) * 0.5 * (
+            (theta - data[idx][None, :]) ** 2
+        ).sum(-1)
 
     def batch(step, gen):
         return torch.randint(N, (n,), generator=gen)
 
-    res = sgld.sample(U, torch.zeros(200, 1, dtype=torch.float64), step_size=2e-4, n_steps=2000,
-                      burn_in=500, thin=5, seed=0, minibatch=batch)
+    res = sgld.sample(
+        U,
+        torch.zeros(200, 1, dtype=torch.float64),
+        step_size=2e-4,
+        n_steps=2000,
+        burn_in=500,
+        thin=5,
+        seed=0,
+        minibatch=batch,
+    )
     post_mean = data.sum() / (N + 1)
     assert float(res.samples.mean()) == pytest.approx(float(post_mean), abs=0.02)
 
 
 def test_reproducible_and_per_chain_steps():
-    U = lambda th: 0.5 * (th ** 2).sum(-1)  # noqa: E731
+    U = lambda th: 0.5 * (th**2).sum(-1)  # noqa: E731
     a = sgld.sample(U, torch.zeros(4, 3), step_size=0.1, n_steps=50, seed=7).samples
     b = sgld.sample(U, torch.zeros(4, 3), step_size=0.1, n_steps=50, seed=7).samples
     assert torch.equal(a, b)
-    c = sgld.sample(U, np.zeros((4, 3)), step_size=np.array([0.1, 0.1, 0.01, 0.01]), n_steps=50, seed=7)
+    c = sgld.sample(
+        U,
+        np.zeros((4, 3)),
+        step_size=np.array([0.1, 0.1, 0.01, 0.01]),
+        n_steps=50,
+        seed=7,
+    )
     assert c.samples.shape == (50, 4, 3)
 
 
 def test_divergence_is_reported_not_nan():
-    U = lambda th: 0.5 * 1e4 * (th ** 2).sum(-1)  # noqa: E731
+    U = lambda th: 0.5 * 1e4 * (th**2).sum(-1)  # noqa: E731
     with pytest.raises(sgld.SGLDDivergence, match="smaller step_size"):
         sgld.sample(U, torch.ones(3, 2), step_size=1.0, n_steps=2000, seed=0)
 
 
 def test_validation():
-    U = lambda th: (th ** 2).sum(-1)  # noqa: E731
+    U = lambda th: (th**2).sum(-1)  # noqa: E731
     with pytest.raises(ValueError, match="step_size"):
         sgld.sample(U, torch.zeros(2, 2), step_size=-1.0, n_steps=10)
     with pytest.raises(ValueError, match="burn_in"):
@@ -94,7 +120,9 @@ def test_validation():
     with pytest.raises(TypeError, match="potential"):
         sgld.sample(3, torch.zeros(2, 2), step_size=0.1, n_steps=10)
     with pytest.raises(ValueError, match="init"):
-        sgld.sample(U, torch.tensor([np.nan, 0.0]).reshape(2, 1), step_size=0.1, n_steps=10)
+        sgld.sample(
+            U, torch.tensor([np.nan, 0.0]).reshape(2, 1), step_size=0.1, n_steps=10
+        )
     with pytest.raises(ValueError, match="shape"):
         sgld.sample(lambda th: th.sum(), torch.zeros(2, 2), step_size=0.1, n_steps=10)
     with pytest.raises(TypeError, match="n_steps"):

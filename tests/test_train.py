@@ -10,6 +10,7 @@ torch.set_num_threads(1)
 def quad_loss(targets):
     def loss(p):
         return ((p["w"] - targets) ** 2).sum(-1) + (p["b"] ** 2) * 0.5
+
     return loss
 
 
@@ -17,19 +18,26 @@ def test_batched_equals_loop_of_single_runs():
     g = torch.Generator().manual_seed(0)
     n = 5
     targets = torch.randn(n, 3, generator=g, dtype=torch.float64)
-    init = {"w": torch.randn(n, 3, generator=g, dtype=torch.float64),
-            "b": torch.randn(n, generator=g, dtype=torch.float64)}
+    init = {
+        "w": torch.randn(n, 3, generator=g, dtype=torch.float64),
+        "b": torch.randn(n, generator=g, dtype=torch.float64),
+    }
 
     def nonconvex(p, t):
         return (torch.sin(p["w"]) - t).pow(2).sum(-1) + p["b"] ** 4
 
     lrs = torch.tensor([0.01, 0.02, 0.05, 0.1, 0.03], dtype=torch.float64)
-    batched = train.adam(lambda p: nonconvex(p, targets), init, n_steps=200, lr=lrs,
-                         weight_decay=0.01)
+    batched = train.adam(
+        lambda p: nonconvex(p, targets), init, n_steps=200, lr=lrs, weight_decay=0.01
+    )
     for i in range(n):
-        single = train.adam(lambda p: nonconvex(p, targets[i:i + 1]),
-                            {k: v[i:i + 1] for k, v in init.items()}, n_steps=200,
-                            lr=float(lrs[i]), weight_decay=0.01)
+        single = train.adam(
+            lambda p: nonconvex(p, targets[i : i + 1]),
+            {k: v[i : i + 1] for k, v in init.items()},
+            n_steps=200,
+            lr=float(lrs[i]),
+            weight_decay=0.01,
+        )
         for k in init:
             assert torch.allclose(batched.params[k][i], single.params[k][0], atol=1e-12)
         assert batched.loss[:, i] == pytest.approx(single.loss[:, 0], abs=1e-12)
@@ -51,8 +59,14 @@ def test_matches_torch_adam():
 
 def test_history_records_and_converges():
     t = torch.tensor([[1.0, 2.0, 3.0]] * 4)
-    h = train.adam(quad_loss(t), {"w": torch.zeros(4, 3), "b": torch.ones(4)}, n_steps=500,
-                   lr=0.05, record_every=100, monitor=lambda p: {"norm": p["w"].norm(dim=-1)})
+    h = train.adam(
+        quad_loss(t),
+        {"w": torch.zeros(4, 3), "b": torch.ones(4)},
+        n_steps=500,
+        lr=0.05,
+        record_every=100,
+        monitor=lambda p: {"norm": p["w"].norm(dim=-1)},
+    )
     assert list(h.steps) == [0, 100, 200, 300, 400, 499]
     assert h.loss.shape == (6, 4)
     assert h.extra["norm"].shape == (6, 4)
@@ -64,10 +78,18 @@ def test_divergence_raise_and_freeze():
     loss = lambda p: torch.exp(p["w"] * 50).sum(-1)  # noqa: E731
     init = {"w": torch.tensor([[0.0], [5.0]])}
     with pytest.raises(train.TrainingDiverged, match="non-finite"):
-        train.adam(lambda p: loss(p) * torch.where(p["w"][:, 0] > 1, np.inf, 1.0), init, n_steps=3)
-    h = train.adam(lambda p: (p["w"] ** 2).sum(-1) / (p["w"][:, 0] < 1).double().clamp(min=0),
-                   {"w": torch.tensor([[0.5], [2.0]], dtype=torch.float64)}, n_steps=10, lr=0.1,
-                   on_divergence="freeze")
+        train.adam(
+            lambda p: loss(p) * torch.where(p["w"][:, 0] > 1, np.inf, 1.0),
+            init,
+            n_steps=3,
+        )
+    h = train.adam(
+        lambda p: (p["w"] ** 2).sum(-1) / (p["w"][:, 0] < 1).double().clamp(min=0),
+        {"w": torch.tensor([[0.5], [2.0]], dtype=torch.float64)},
+        n_steps=10,
+        lr=0.1,
+        on_divergence="freeze",
+    )
     assert list(h.diverged) == [False, True]
     assert np.isinf(h.final_loss[1]) and np.isfinite(h.final_loss[0])
 
@@ -76,13 +98,27 @@ def test_validation():
     with pytest.raises(TypeError):
         train.adam(lambda p: p["w"].sum(-1), [torch.zeros(2, 2)], n_steps=3)
     with pytest.raises(ValueError, match="lr"):
-        train.adam(lambda p: p["w"].sum(-1), {"w": torch.zeros(2, 2)}, n_steps=3, lr=torch.ones(3))
+        train.adam(
+            lambda p: p["w"].sum(-1),
+            {"w": torch.zeros(2, 2)},
+            n_steps=3,
+            lr=torch.ones(3),
+        )
     with pytest.raises(ValueError, match="on_divergence"):
-        train.adam(lambda p: p["w"].sum(-1), {"w": torch.zeros(2, 2)}, n_steps=3, on_divergence="x")
+        train.adam(
+            lambda p: p["w"].sum(-1),
+            {"w": torch.zeros(2, 2)},
+            n_steps=3,
+            on_divergence="x",
+        )
     with pytest.raises(ValueError, match="shape"):
         train.adam(lambda p: p["w"].sum(), {"w": torch.zeros(2, 2)}, n_steps=3)
     with pytest.raises(ValueError, match="dim 0"):
-        train.adam(lambda p: p["w"].sum(-1), {"w": torch.zeros(2, 2), "b": torch.zeros(3)}, n_steps=3)
+        train.adam(
+            lambda p: p["w"].sum(-1),
+            {"w": torch.zeros(2, 2), "b": torch.zeros(3)},
+            n_steps=3,
+        )
 
 
 def test_reached_minimum_filter():

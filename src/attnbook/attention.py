@@ -22,6 +22,7 @@ normalisation). Sinkhorn's first half-step (row normalisation) is softmax.
 A causal mask lets query ``i`` see keys ``j <= i`` only. Sinkhorn has no causal version: the
 only doubly stochastic lower-triangular matrix is the identity, so it is refused.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,11 +31,28 @@ from dataclasses import dataclass
 
 import torch
 
-from .validation import (as_tensor, check_choice, check_finite, check_ndim, check_positive,
-                         check_positive_int, check_same_last_dim)
+from .validation import (
+    as_tensor,
+    check_choice,
+    check_finite,
+    check_ndim,
+    check_positive,
+    check_positive_int,
+    check_same_last_dim,
+)
 
-__all__ = ["KINDS", "scores", "causal_mask", "attention_weights", "sinkhorn", "SinkhornResult", "example_tokens", "row_entropy",
-           "SinkhornNotConverged", "self_attention"]
+__all__ = [
+    "KINDS",
+    "scores",
+    "causal_mask",
+    "attention_weights",
+    "sinkhorn",
+    "SinkhornResult",
+    "example_tokens",
+    "row_entropy",
+    "SinkhornNotConverged",
+    "self_attention",
+]
 
 KINDS = ("softmax", "linear", "l2", "sigmoid", "sinkhorn")
 
@@ -51,18 +69,23 @@ class SinkhornWarning(RuntimeWarning):
 class SinkhornResult:
     """A Sinkhorn plan and how it was reached."""
 
-    plan: torch.Tensor          #: (..., n, m), rows sum to 1, columns to n/m
-    log_u: torch.Tensor         #: row potentials f
-    log_v: torch.Tensor         #: column potentials g
-    iterations: int             #: full (row + column) iterations used
-    max_error: float            #: largest deviation of a column sum from n/m at the end
+    plan: torch.Tensor  #: (..., n, m), rows sum to 1, columns to n/m
+    log_u: torch.Tensor  #: row potentials f
+    log_v: torch.Tensor  #: column potentials g
+    iterations: int  #: full (row + column) iterations used
+    max_error: float  #: largest deviation of a column sum from n/m at the end
     converged: bool
 
 
 def scores(queries, keys, *, scale: float = 1.0) -> torch.Tensor:
     r"""The score matrix :math:`s_{ij} = \text{scale}\,\langle q_i, k_j\rangle`, batched."""
-    q = check_finite(check_ndim(as_tensor(queries, "queries"), "queries", 2, at_least=True), "queries")
-    k = check_finite(check_ndim(as_tensor(keys, "keys"), "keys", 2, at_least=True), "keys")
+    q = check_finite(
+        check_ndim(as_tensor(queries, "queries"), "queries", 2, at_least=True),
+        "queries",
+    )
+    k = check_finite(
+        check_ndim(as_tensor(keys, "keys"), "keys", 2, at_least=True), "keys"
+    )
     check_same_last_dim(q, "queries", k, "keys")
     q, k = _common_dtype(q, k)
     return scale * (q @ k.transpose(-1, -2))
@@ -81,8 +104,14 @@ def _common_dtype(*ts: torch.Tensor):
     return tuple(t.to(dtype) for t in ts)
 
 
-def sinkhorn(log_kernel, *, log_marginal=None, n_iters: int = 500, tol: float = 1e-9,
-             on_nonconvergence: str = "warn") -> SinkhornResult:
+def sinkhorn(
+    log_kernel,
+    *,
+    log_marginal=None,
+    n_iters: int = 500,
+    tol: float = 1e-9,
+    on_nonconvergence: str = "warn",
+) -> SinkhornResult:
     r"""Scale :math:`e^{\text{log\_kernel}}` to a transport plan, in log space.
 
     Without ``log_marginal``: rows sum to 1 and columns to n/m (uniform marginals); stops when
@@ -97,8 +126,10 @@ def sinkhorn(log_kernel, *, log_marginal=None, n_iters: int = 500, tol: float = 
     :class:`SinkhornWarning`), ``"raise"`` (:class:`SinkhornNotConverged`) or ``"ignore"``;
     a non-finite error always raises. The result says whether it converged.
     """
-    logk = check_finite(check_ndim(as_tensor(log_kernel, "log_kernel"), "log_kernel", 2, at_least=True),
-                        "log_kernel")
+    logk = check_finite(
+        check_ndim(as_tensor(log_kernel, "log_kernel"), "log_kernel", 2, at_least=True),
+        "log_kernel",
+    )
     n_iters = check_positive_int(n_iters, "n_iters")
     tol = check_positive(tol, "tol")
     check_choice(on_nonconvergence, "on_nonconvergence", ("warn", "raise", "ignore"))
@@ -107,18 +138,24 @@ def sinkhorn(log_kernel, *, log_marginal=None, n_iters: int = 500, tol: float = 
         row_lw = 0.0
         target = torch.full((m,), math.log(n / m), dtype=logk.dtype, device=logk.device)
     else:
-        lw = check_finite(as_tensor(log_marginal, "log_marginal", dtype=logk.dtype, device=logk.device),
-                          "log_marginal")
+        lw = check_finite(
+            as_tensor(
+                log_marginal, "log_marginal", dtype=logk.dtype, device=logk.device
+            ),
+            "log_marginal",
+        )
         if n != m or lw.shape[-1] != n:
-            raise ValueError(f"log_marginal needs a square kernel and one entry per token, got kernel "
-                             f"{tuple(logk.shape)} and log_marginal {tuple(lw.shape)}")
-        logk = logk + lw.unsqueeze(-2)        # the column masses w_j are part of the plan
+            raise ValueError(
+                f"log_marginal needs a square kernel and one entry per token, got kernel "
+                f"{tuple(logk.shape)} and log_marginal {tuple(lw.shape)}"
+            )
+        logk = logk + lw.unsqueeze(-2)  # the column masses w_j are part of the plan
         row_lw, target = lw.unsqueeze(-1), lw
     f = torch.zeros(logk.shape[:-1], dtype=logk.dtype, device=logk.device)
     g = torch.zeros(logk.shape[:-2] + (m,), dtype=logk.dtype, device=logk.device)
     err = float("inf")
     it = 0
-    for it in range(1, n_iters + 1):
+    for it in range(1, n_iters + 1):  # noqa: B007 - `it` is reported after the loop
         # row step: log sum_j exp(logk + g_j) + f_i = 0  (this alone is softmax)
         f = -torch.logsumexp(logk + g.unsqueeze(-2), dim=-1)
         # log of the (weighted) column sums of the row-normalised plan, before rescaling them
@@ -135,18 +172,30 @@ def sinkhorn(log_kernel, *, log_marginal=None, n_iters: int = 500, tol: float = 
     plan = (logk + f.unsqueeze(-1) + g.unsqueeze(-2)).exp()
     converged = err <= tol
     if not converged:
-        msg = (f"Sinkhorn did not converge in {n_iters} iterations: column error {err:.3g} > "
-               f"tol {tol:.3g}; increase n_iters or scale the scores down")
+        msg = (
+            f"Sinkhorn did not converge in {n_iters} iterations: column error {err:.3g} > "
+            f"tol {tol:.3g}; increase n_iters or scale the scores down"
+        )
         if on_nonconvergence == "raise" or not math.isfinite(err):
             raise SinkhornNotConverged(msg)
         if on_nonconvergence == "warn":
             warnings.warn(msg, SinkhornWarning, stacklevel=2)
-    return SinkhornResult(plan=plan, log_u=f, log_v=g, iterations=it, max_error=err, converged=converged)
+    return SinkhornResult(
+        plan=plan, log_u=f, log_v=g, iterations=it, max_error=err, converged=converged
+    )
 
 
-def attention_weights(queries, keys, *, kind: str = "softmax", causal: bool = False,
-                      bias: float = 0.0, scale: float = 1.0, sinkhorn_iters: int = 500,
-                      sinkhorn_tol: float = 1e-9) -> torch.Tensor:
+def attention_weights(
+    queries,
+    keys,
+    *,
+    kind: str = "softmax",
+    causal: bool = False,
+    bias: float = 0.0,
+    scale: float = 1.0,
+    sinkhorn_iters: int = 500,
+    sinkhorn_tol: float = 1e-9,
+) -> torch.Tensor:
     """Attention weights ``(..., n_q, n_k)`` of one of :data:`KINDS` (see the module docstring).
 
     ``bias`` is used by ``sigmoid`` only; ``scale`` multiplies the inner-product score (ℓ²
@@ -155,22 +204,37 @@ def attention_weights(queries, keys, *, kind: str = "softmax", causal: bool = Fa
     check_choice(kind, "kind", KINDS)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
+    if (
+        isinstance(bias, bool)
+        or not isinstance(bias, (int, float))
+        or not math.isfinite(bias)
+    ):
         raise TypeError(f"bias must be a finite real number, got {bias!r}")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+    if (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or not math.isfinite(scale)
+    ):
         raise TypeError(f"scale must be a finite real number, got {scale!r}")
     s = scores(queries, keys, scale=scale)
     n_q, n_k = s.shape[-2], s.shape[-1]
     mask = None
     if causal:
         if n_q != n_k:
-            raise ValueError(f"causal=True needs as many queries as keys, got {n_q} and {n_k}")
+            raise ValueError(
+                f"causal=True needs as many queries as keys, got {n_q} and {n_k}"
+            )
         if kind == "sinkhorn":
-            raise ValueError("kind 'sinkhorn' has no causal version: the only doubly stochastic "
-                             "lower-triangular matrix is the identity")
+            raise ValueError(
+                "kind 'sinkhorn' has no causal version: the only doubly stochastic "
+                "lower-triangular matrix is the identity"
+            )
         mask = causal_mask(n_q, device=s.device)
-    n_visible = (mask.sum(-1, keepdim=True).to(s.dtype) if mask is not None
-                 else torch.full((1, 1), float(n_k), dtype=s.dtype, device=s.device))
+    n_visible = (
+        mask.sum(-1, keepdim=True).to(s.dtype)
+        if mask is not None
+        else torch.full((1, 1), float(n_k), dtype=s.dtype, device=s.device)
+    )
 
     if kind == "softmax":
         logits = s if mask is None else s.masked_fill(~mask, float("-inf"))
@@ -180,8 +244,11 @@ def attention_weights(queries, keys, *, kind: str = "softmax", causal: bool = Fa
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
         q, k = q.expand(*batch, *q.shape[-2:]), k.expand(*batch, *k.shape[-2:])
         # exact distances (the matmul shortcut loses digits when |q|, |k| are large)
-        d2 = torch.cdist(q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:]),
-                         compute_mode="donot_use_mm_for_euclid_dist").pow(2)
+        d2 = torch.cdist(
+            q.reshape(-1, *q.shape[-2:]),
+            k.reshape(-1, *k.shape[-2:]),
+            compute_mode="donot_use_mm_for_euclid_dist",
+        ).pow(2)
         logits = -d2.reshape(s.shape)
         if mask is not None:
             logits = logits.masked_fill(~mask, float("-inf"))
@@ -195,9 +262,19 @@ def attention_weights(queries, keys, *, kind: str = "softmax", causal: bool = Fa
     return w if mask is None else w.masked_fill(~mask, 0.0)
 
 
-def self_attention(x, *, Q, K, V, kind: str = "softmax", causal: bool = False, bias: float = 0.0,
-                   scale: float | None = None, sinkhorn_iters: int = 500, sinkhorn_tol: float = 1e-9
-                   ) -> torch.Tensor:
+def self_attention(
+    x,
+    *,
+    Q,
+    K,
+    V,
+    kind: str = "softmax",
+    causal: bool = False,
+    bias: float = 0.0,
+    scale: float | None = None,
+    sinkhorn_iters: int = 500,
+    sinkhorn_tol: float = 1e-9,
+) -> torch.Tensor:
     r"""One (multi-head) self-attention layer without residual: :math:`\sum_h P^h X V_h^\top`.
 
     ``x``: tokens ``(..., n, d)``. Single head: ``Q``, ``K`` of shape ``(k, d)`` and ``V`` of
@@ -212,30 +289,48 @@ def self_attention(x, *, Q, K, V, kind: str = "softmax", causal: bool = False, b
     multi = Qm.dim() == 3
     for t, name in ((Qm, "Q"), (Km, "K"), (Vm, "V")):
         if t.dim() != (3 if multi else 2):
-            raise ValueError(f"{name} must have {'3 (heads, rows, d)' if multi else '2'} dimensions "
-                             f"like Q, got shape {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must have {'3 (heads, rows, d)' if multi else '2'} dimensions "
+                f"like Q, got shape {tuple(t.shape)}"
+            )
         if t.shape[-1] != X.shape[-1]:
-            raise ValueError(f"{name} must have {X.shape[-1]} columns (the token dimension d), "
-                             f"got shape {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must have {X.shape[-1]} columns (the token dimension d), "
+                f"got shape {tuple(t.shape)}"
+            )
     if Qm.shape != Km.shape:
-        raise ValueError(f"Q and K must have the same shape, got {tuple(Qm.shape)} and {tuple(Km.shape)}")
+        raise ValueError(
+            f"Q and K must have the same shape, got {tuple(Qm.shape)} and {tuple(Km.shape)}"
+        )
     if multi and Vm.shape[0] != Qm.shape[0]:
-        raise ValueError(f"V must have one map per head ({Qm.shape[0]}), got shape {tuple(Vm.shape)}")
+        raise ValueError(
+            f"V must have one map per head ({Qm.shape[0]}), got shape {tuple(Vm.shape)}"
+        )
     X, Qm, Km, Vm = _common_dtype(X, Qm, Km, Vm)
     k = Qm.shape[-2]
     sc = 1.0 / math.sqrt(k) if scale is None else scale
     if not multi:
         Qm, Km, Vm = Qm[None], Km[None], Vm[None]
-    Xh = X.unsqueeze(-3)                                   # (..., 1, n, d)
-    q = Xh @ Qm.transpose(-1, -2)                          # (..., h, n, k)
+    Xh = X.unsqueeze(-3)  # (..., 1, n, d)
+    q = Xh @ Qm.transpose(-1, -2)  # (..., h, n, k)
     kk = Xh @ Km.transpose(-1, -2)
-    P = attention_weights(q, kk, kind=kind, causal=causal, bias=bias, scale=sc,
-                          sinkhorn_iters=sinkhorn_iters, sinkhorn_tol=sinkhorn_tol)
-    out = P @ (Xh @ Vm.transpose(-1, -2))                  # (..., h, n, d_out)
+    P = attention_weights(
+        q,
+        kk,
+        kind=kind,
+        causal=causal,
+        bias=bias,
+        scale=sc,
+        sinkhorn_iters=sinkhorn_iters,
+        sinkhorn_tol=sinkhorn_tol,
+    )
+    out = P @ (Xh @ Vm.transpose(-1, -2))  # (..., h, n, d_out)
     return out.sum(-3)
 
 
-def example_tokens(n: int = 12, d: int = 2, *, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
+def example_tokens(
+    n: int = 12, d: int = 2, *, seed: int = 0, dtype=torch.float64
+) -> torch.Tensor:
     """A reproducible token cloud for demonstrations: two Gaussian clusters in ``R^d``.
 
     The first ``n // 2`` tokens lie around ``+e_1``, the rest around ``−e_1`` (sd 0.35), so
@@ -246,7 +341,7 @@ def example_tokens(n: int = 12, d: int = 2, *, seed: int = 0, dtype=torch.float6
     g = torch.Generator().manual_seed(int(seed))
     centres = torch.zeros(n, d, dtype=dtype)
     centres[: n // 2, 0] = 1.0
-    centres[n // 2:, 0] = -1.0
+    centres[n // 2 :, 0] = -1.0
     return centres + 0.35 * torch.randn(n, d, generator=g, dtype=dtype)
 
 
@@ -254,5 +349,7 @@ def row_entropy(weights) -> torch.Tensor:
     """Shannon entropy (nats) of each row of a row-stochastic weight matrix, ``(..., n_q)``."""
     P = check_finite(as_tensor(weights, "weights"), "weights")
     if bool((P < 0).any()):
-        raise ValueError("weights must be non-negative to have an entropy (linear attention is not)")
+        raise ValueError(
+            "weights must be non-negative to have an entropy (linear attention is not)"
+        )
     return -(torch.xlogy(P, P)).sum(-1)

@@ -12,6 +12,7 @@ Run as ``python -m attnbook.build_tools COMMAND`` (the Makefile does):
     check a built book: local MathJax present, no missing images, every Colab link names a
     notebook that exists in the repository.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,18 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-__all__ = ["toc_files", "is_notebook", "notebook_chapters", "chapter_id", "sync_notebooks",
-           "check_pairs", "fetch_mathjax", "check_html", "ledger_status", "find_root"]
+__all__ = [
+    "toc_files",
+    "is_notebook",
+    "notebook_chapters",
+    "chapter_id",
+    "sync_notebooks",
+    "check_pairs",
+    "fetch_mathjax",
+    "check_html",
+    "ledger_status",
+    "find_root",
+]
 
 #: Colab opens a notebook with a GPU runtime when its metadata asks for one.
 COLAB_METADATA = {"accelerator": "GPU", "colab": {"provenance": [], "gpuType": "T4"}}
@@ -40,7 +51,9 @@ def find_root(start: Path | None = None) -> Path:
 
     root = find_book_root(start)
     if root is None:
-        raise FileNotFoundError("no _toc.yml found here or above: run from inside the repository")
+        raise FileNotFoundError(
+            "no _toc.yml found here or above: run from inside the repository"
+        )
     return root
 
 
@@ -111,11 +124,15 @@ def check_pairs(root: Path | None = None) -> list[str]:
     for md in notebook_chapters(root):
         ipynb = md.with_suffix(".ipynb")
         if not ipynb.is_file():
-            problems.append(f"{md}: no Colab twin {ipynb.name} (run `make sync-notebooks`)")
+            problems.append(
+                f"{md}: no Colab twin {ipynb.name} (run `make sync-notebooks`)"
+            )
             continue
         twin = jupytext.read(ipynb)
         if _cells(twin) != _cells(_twin(md)):
-            problems.append(f"{ipynb}: cells differ from {md.name} (run `make sync-notebooks`)")
+            problems.append(
+                f"{ipynb}: cells differ from {md.name} (run `make sync-notebooks`)"
+            )
         if any(c.get("outputs") for c in twin.cells if c.cell_type == "code"):
             problems.append(f"{ipynb}: holds outputs (the Colab twin must be clean)")
     return problems
@@ -123,7 +140,13 @@ def check_pairs(root: Path | None = None) -> list[str]:
 
 # files of MathJax's es5 build that the book serves: the TeX/CHTML component, its fonts, the TeX
 # extensions it loads on demand, and the menu's accessibility modules
-MATHJAX_PARTS = ("tex-chtml.js", "output/chtml/fonts/woff-v2/", "input/tex/extensions/", "a11y/", "ui/")
+MATHJAX_PARTS = (
+    "tex-chtml.js",
+    "output/chtml/fonts/woff-v2/",
+    "input/tex/extensions/",
+    "a11y/",
+    "ui/",
+)
 
 
 def fetch_mathjax(version: str, dest: Path) -> Path:
@@ -131,21 +154,33 @@ def fetch_mathjax(version: str, dest: Path) -> Path:
     dest = Path(dest)
     npm = shutil.which("npm")
     if npm is None:
-        raise RuntimeError("npm is needed to fetch MathJax for offline math (install Node.js), or "
-                           "set sphinx.config.mathjax_path in _config.yml to a CDN address")
+        raise RuntimeError(
+            "npm is needed to fetch MathJax for offline math (install Node.js), or "
+            "set sphinx.config.mathjax_path in _config.yml to a CDN address"
+        )
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([npm, "pack", f"mathjax@{version}", "--silent"], cwd=tmp, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [npm, "pack", f"mathjax@{version}", "--silent"],
+            cwd=tmp,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         tgz = next(Path(tmp).glob("mathjax-*.tgz"))
         with tarfile.open(tgz) as tar:
-            members = [m for m in tar.getmembers() if m.isfile() and any(
-                m.name.startswith("package/es5/" + part) for part in MATHJAX_PARTS)]
+            members = [
+                m
+                for m in tar.getmembers()
+                if m.isfile()
+                and any(
+                    m.name.startswith("package/es5/" + part) for part in MATHJAX_PARTS
+                )
+            ]
             if not any(m.name == "package/es5/tex-chtml.js" for m in members):
                 raise RuntimeError(f"mathjax@{version} has no es5/tex-chtml.js")
             if dest.exists():
                 shutil.rmtree(dest)
             for m in members:
-                target = dest / m.name[len("package/es5/"):]
+                target = dest / m.name[len("package/es5/") :]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with tar.extractfile(m) as src, open(target, "wb") as out:
                     shutil.copyfileobj(src, out)
@@ -173,7 +208,9 @@ def check_html(build_dir: Path, root: Path | None = None) -> dict:
     build_dir = Path(build_dir)
     pages = sorted(build_dir.rglob("*.html"))
     if not pages:
-        raise FileNotFoundError(f"no HTML pages under {build_dir}: build the book first")
+        raise FileNotFoundError(
+            f"no HTML pages under {build_dir}: build the book first"
+        )
     problems, n_img, n_colab, math_pages = [], 0, 0, 0
     for page in pages:
         if "_static" in page.parts or "_sources" in page.parts:
@@ -191,19 +228,35 @@ def check_html(build_dir: Path, root: Path | None = None) -> dict:
             if "mathjax" in src.lower():
                 math_pages += 1
                 if urlparse(src).scheme:
-                    problems.append(f"{page.relative_to(build_dir)}: MathJax loaded from {src} (not local)")
+                    problems.append(
+                        f"{page.relative_to(build_dir)}: MathJax loaded from {src} (not local)"
+                    )
                 elif not (page.parent / src.split("?")[0]).resolve().is_file():
-                    problems.append(f"{page.relative_to(build_dir)}: MathJax file {src} missing")
+                    problems.append(
+                        f"{page.relative_to(build_dir)}: MathJax file {src} missing"
+                    )
         for href in parser.anchors:
             if "colab.research.google.com" in href:
                 n_colab += 1
                 m = re.search(r"/blob/[^/]+/(.+)$", href)
-                if not m or not m.group(1).endswith(".ipynb") or not (root / m.group(1)).is_file():
-                    problems.append(f"{page.relative_to(build_dir)}: Colab link {href} names no notebook "
-                                    f"in the repository")
+                if (
+                    not m
+                    or not m.group(1).endswith(".ipynb")
+                    or not (root / m.group(1)).is_file()
+                ):
+                    problems.append(
+                        f"{page.relative_to(build_dir)}: Colab link {href} names no notebook "
+                        f"in the repository"
+                    )
     chapters = notebook_chapters(root)
-    return {"pages": len(pages), "images": n_img, "colab_links": n_colab, "pages_with_mathjax": math_pages,
-            "notebook_chapters": len(chapters), "problems": problems}
+    return {
+        "pages": len(pages),
+        "images": n_img,
+        "colab_links": n_colab,
+        "pages_with_mathjax": math_pages,
+        "notebook_chapters": len(chapters),
+        "problems": problems,
+    }
 
 
 def ledger_status(root: Path | None = None, directory: Path | None = None) -> dict:
@@ -226,12 +279,20 @@ def ledger_status(root: Path | None = None, directory: Path | None = None) -> di
             stale.append(cid)
     order = {c: i for i, c in enumerate(expected)}
     records.sort(key=lambda r: order.get(r["chapter"], len(order)))
-    return {"records": records, "expected": expected, "missing": missing, "stale": stale}
+    return {
+        "records": records,
+        "expected": expected,
+        "missing": missing,
+        "stale": stale,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnbook.build_tools", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m attnbook.build_tools",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("sync-notebooks")
     sub.add_parser("check-pairs")
@@ -254,9 +315,11 @@ def main(argv: list[str] | None = None) -> int:
         report = check_html(args.build_dir)
         for p in report["problems"]:
             print("PROBLEM:", p)
-        print(f"checked {report['pages']} pages: {report['images']} images, {report['colab_links']} Colab "
-              f"links, MathJax on {report['pages_with_mathjax']} pages (local), "
-              f"{report['notebook_chapters']} notebook chapters")
+        print(
+            f"checked {report['pages']} pages: {report['images']} images, {report['colab_links']} Colab "
+            f"links, MathJax on {report['pages_with_mathjax']} pages (local), "
+            f"{report['notebook_chapters']} notebook chapters"
+        )
         return 1 if report["problems"] else 0
     return 0
 

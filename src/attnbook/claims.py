@@ -12,6 +12,7 @@ Records are written to ``$ATTNBOOK_LEDGER_DIR`` when set, else to ``_build/ledge
 book's ``_toc.yml`` (found by walking up from the working directory), else to a per-user cache
 folder (e.g. on Colab). They are plain JSON: nothing is ever unpickled.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -28,8 +29,17 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Claim", "ClaimFailed", "Ledger", "find_book_root", "ledger_dir", "load_records",
-           "chapter_source", "ledger_table_html", "SOURCES"]
+__all__ = [
+    "Claim",
+    "ClaimFailed",
+    "Ledger",
+    "find_book_root",
+    "ledger_dir",
+    "load_records",
+    "chapter_source",
+    "ledger_table_html",
+    "SOURCES",
+]
 
 #: Where a claim comes from: the paper's summary, our reconstruction, or a derivation in the book.
 SOURCES = ("seed", "reconstructed", "derived", "measured")
@@ -45,8 +55,10 @@ def _to_float(value, name: str) -> float:
     if isinstance(value, (bool, np.bool_)):
         return float(bool(value))
     if not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real scalar (float, int, bool, 0-d array), "
-                        f"got {type(value).__name__}")
+        raise TypeError(
+            f"{name} must be a real scalar (float, int, bool, 0-d array), "
+            f"got {type(value).__name__}"
+        )
     return float(value)
 
 
@@ -99,11 +111,13 @@ class Claim:
 
     def _repr_html_(self) -> str:
         mark, colour = ("✔", "#1a7f37") if self.passed else ("✘", "#cf222e")
-        return (f'<div class="attnbook-claim" style="border-left:4px solid {colour};'
-                f'padding:2px 8px;margin:4px 0"><b style="color:{colour}">{mark} claim</b> '
-                f'<code>{html.escape(self.id)}</code> — {html.escape(self.statement)}<br>'
-                f'measured <b>{html.escape(_fmt(self.measured))}</b>, expected '
-                f'{html.escape(self.criterion())} <i>[{html.escape(self.source)}]</i></div>')
+        return (
+            f'<div class="attnbook-claim" style="border-left:4px solid {colour};'
+            f'padding:2px 8px;margin:4px 0"><b style="color:{colour}">{mark} claim</b> '
+            f"<code>{html.escape(self.id)}</code> — {html.escape(self.statement)}<br>"
+            f"measured <b>{html.escape(_fmt(self.measured))}</b>, expected "
+            f"{html.escape(self.criterion())} <i>[{html.escape(self.source)}]</i></div>"
+        )
 
     def _ipython_display_(self) -> None:
         # shown once: by Ledger.check when it is made, not again as a cell's result
@@ -116,8 +130,10 @@ class Claim:
 
     def __repr__(self) -> str:
         mark = "PASS" if self.passed else "FAIL"
-        return (f"[{mark}] {self.id}: {self.statement} — measured {_fmt(self.measured)}, "
-                f"expected {self.criterion()} [{self.source}]")
+        return (
+            f"[{mark}] {self.id}: {self.statement} — measured {_fmt(self.measured)}, "
+            f"expected {self.criterion()} [{self.source}]"
+        )
 
 
 def _show(claim: Claim) -> None:
@@ -149,7 +165,11 @@ def ledger_dir(create: bool = True) -> Path:
         if root is not None:
             path = root / "_build" / "ledger"
         else:
-            path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "attnbook" / "ledger"
+            path = (
+                Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+                / "attnbook"
+                / "ledger"
+            )
     if create:
         path.mkdir(parents=True, exist_ok=True)
     return path
@@ -181,11 +201,23 @@ class Ledger:
         Where to write the record (default :func:`ledger_dir`).
     """
 
-    def __init__(self, chapter: str, *, title: str | None = None,
-                 directory: str | os.PathLike | None = None):
-        if not isinstance(chapter, str) or not chapter or chapter.startswith("/") or ".." in chapter:
-            raise ValueError(f"chapter must be a relative path under book/ such as "
-                             f"'foundations/attention-maps', got {chapter!r}")
+    def __init__(
+        self,
+        chapter: str,
+        *,
+        title: str | None = None,
+        directory: str | os.PathLike | None = None,
+    ):
+        if (
+            not isinstance(chapter, str)
+            or not chapter
+            or chapter.startswith("/")
+            or ".." in chapter
+        ):
+            raise ValueError(
+                f"chapter must be a relative path under book/ such as "
+                f"'foundations/attention-maps', got {chapter!r}"
+            )
         self.chapter = chapter
         self.title = title or chapter
         self.claims: list[Claim] = []
@@ -194,14 +226,27 @@ class Ledger:
         if src is not None and not src.is_file():
             raise ValueError(f"chapter {chapter!r} has no source file {src}")
         self.source_sha256 = _sha256(src) if src is not None else None
-        self.path = Path(directory or ledger_dir()) / (chapter.replace("/", "__") + ".json")
+        self.path = Path(directory or ledger_dir()) / (
+            chapter.replace("/", "__") + ".json"
+        )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self._write()  # a fresh record: re-executing a chapter replaces its claims
 
-    def check(self, claim_id: str, statement: str, measured, *, expected=None,
-              rtol: float | None = None, atol: float | None = None, lower=None, upper=None,
-              source: str = "derived", note: str | None = None) -> Claim:
+    def check(
+        self,
+        claim_id: str,
+        statement: str,
+        measured,
+        *,
+        expected=None,
+        rtol: float | None = None,
+        atol: float | None = None,
+        lower=None,
+        upper=None,
+        source: str = "derived",
+        note: str | None = None,
+    ) -> Claim:
         """Assert a claim, show it and record it.
 
         The claim holds when every criterion given holds: ``|measured − expected| ≤ atol + rtol·|expected|``
@@ -212,7 +257,9 @@ class Ledger:
         if not isinstance(claim_id, str) or not claim_id.strip():
             raise ValueError("claim_id must be a non-empty string")
         if any(c.id == claim_id for c in self.claims):
-            raise ValueError(f"claim_id {claim_id!r} is used twice in chapter {self.chapter!r}")
+            raise ValueError(
+                f"claim_id {claim_id!r} is used twice in chapter {self.chapter!r}"
+            )
         if not isinstance(statement, str) or not statement.strip():
             raise ValueError("statement must be a non-empty string")
         if source not in SOURCES:
@@ -235,10 +282,21 @@ class Ledger:
             ok = ok and value >= lo
         if hi is not None:
             ok = ok and value <= hi
-        claim = Claim(id=claim_id, statement=statement, measured=value, passed=bool(ok),
-                      expected=exp, rtol=rtol, atol=atol, lower=lo, upper=hi, source=source,
-                      note=note, chapter=self.chapter,
-                      checked_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+        claim = Claim(
+            id=claim_id,
+            statement=statement,
+            measured=value,
+            passed=bool(ok),
+            expected=exp,
+            rtol=rtol,
+            atol=atol,
+            lower=lo,
+            upper=hi,
+            source=source,
+            note=note,
+            chapter=self.chapter,
+            checked_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        )
         self.claims.append(claim)
         self._write()
         _show(claim)
@@ -292,30 +350,46 @@ def load_records(directory: str | os.PathLike | None = None) -> list[dict]:
     return records
 
 
-def ledger_table_html(records: list[dict], *, show_chapter: bool = True,
-                      stale: set[str] | None = None) -> str:
+def ledger_table_html(
+    records: list[dict], *, show_chapter: bool = True, stale: set[str] | None = None
+) -> str:
     """An HTML table of the claims in ``records``: one row per claim, grouped by chapter."""
     stale = stale or set()
     cell = 'style="padding:3px 6px;vertical-align:top"'
-    head = (f'<tr><th {cell}>claim</th><th {cell}>measured</th><th {cell}>expected</th>'
-            f'<th {cell}>source</th><th {cell}>status</th></tr>')
+    head = (
+        f"<tr><th {cell}>claim</th><th {cell}>measured</th><th {cell}>expected</th>"
+        f"<th {cell}>source</th><th {cell}>status</th></tr>"
+    )
     rows = []
     for rec in records:
         is_stale = rec["chapter"] in stale
         if show_chapter:
-            extra = " — <i>stale: the chapter changed after these claims were recorded</i>" if is_stale else ""
-            rows.append(f'<tr><td colspan="5" {cell}><b>{html.escape(rec.get("title", rec["chapter"]))}'
-                        f'</b> <code>{html.escape(rec["chapter"])}</code>{extra}</td></tr>')
+            extra = (
+                " — <i>stale: the chapter changed after these claims were recorded</i>"
+                if is_stale
+                else ""
+            )
+            rows.append(
+                f'<tr><td colspan="5" {cell}><b>{html.escape(rec.get("title", rec["chapter"]))}'
+                f"</b> <code>{html.escape(rec['chapter'])}</code>{extra}</td></tr>"
+            )
         for c in rec["claims"]:
             claim = Claim(**c)
             ok = claim.passed and not is_stale
-            status = ("✔ pass" if claim.passed else "✘ FAIL") + (" (stale)" if is_stale else "")
+            status = ("✔ pass" if claim.passed else "✘ FAIL") + (
+                " (stale)" if is_stale else ""
+            )
             colour = "#1a7f37" if ok else "#cf222e"
             rows.append(
-                f'<tr><td {cell}><code>{html.escape(claim.id)}</code><br>{html.escape(claim.statement)}</td>'
-                f'<td {cell}>{html.escape(_fmt(claim.measured))}</td>'
-                f'<td {cell}>{html.escape(claim.criterion())}</td>'
-                f'<td {cell}>{html.escape(claim.source)}</td>'
-                f'<td {cell} style="color:{colour};white-space:nowrap">{status}</td></tr>')
-    return ('<table class="attnbook-ledger" style="font-size:0.85em;border-collapse:collapse">'
-            + head + "".join(rows) + "</table>")
+                f"<tr><td {cell}><code>{html.escape(claim.id)}</code><br>{html.escape(claim.statement)}</td>"
+                f"<td {cell}>{html.escape(_fmt(claim.measured))}</td>"
+                f"<td {cell}>{html.escape(claim.criterion())}</td>"
+                f"<td {cell}>{html.escape(claim.source)}</td>"
+                f'<td {cell} style="color:{colour};white-space:nowrap">{status}</td></tr>'
+            )
+    return (
+        '<table class="attnbook-ledger" style="font-size:0.85em;border-collapse:collapse">'
+        + head
+        + "".join(rows)
+        + "</table>"
+    )

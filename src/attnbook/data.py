@@ -20,6 +20,7 @@ Tokenisation is word-level: lower case, words (letters/digits, with inner apostr
 hyphens) and every punctuation mark as its own token. The vocabulary keeps the ``d - 1`` most
 frequent words and maps the rest to one ``OTHER`` token (id ``d - 1``).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,25 +35,51 @@ import torch
 
 from .validation import check_choice, check_positive_int
 
-__all__ = ["DataNotFound", "DATASETS", "OTHER", "find_data_dir", "load_text", "tokenize_words",
-           "Corpus", "build_corpus", "load_corpus"]
+__all__ = [
+    "DataNotFound",
+    "DATASETS",
+    "OTHER",
+    "find_data_dir",
+    "load_text",
+    "tokenize_words",
+    "Corpus",
+    "build_corpus",
+    "load_corpus",
+]
 
 OTHER = "<other>"
 
 #: local file names (first existing wins) and hub locations per (data set, split)
 DATASETS = {
     "wikitext-2": {
-        "train": (["wikitext-2-raw/wiki.train.raw"], "wikitext-2-raw-v1/train-00000-of-00001.parquet"),
-        "validation": (["wikitext-2-raw/wiki.valid.raw"], "wikitext-2-raw-v1/validation-00000-of-00001.parquet"),
-        "test": (["wikitext-2-raw/wiki.test.raw"], "wikitext-2-raw-v1/test-00000-of-00001.parquet"),
+        "train": (
+            ["wikitext-2-raw/wiki.train.raw"],
+            "wikitext-2-raw-v1/train-00000-of-00001.parquet",
+        ),
+        "validation": (
+            ["wikitext-2-raw/wiki.valid.raw"],
+            "wikitext-2-raw-v1/validation-00000-of-00001.parquet",
+        ),
+        "test": (
+            ["wikitext-2-raw/wiki.test.raw"],
+            "wikitext-2-raw-v1/test-00000-of-00001.parquet",
+        ),
     },
     "tinystories": {
-        "train": (["tinystories/TinyStories-train.txt", "tinystories/TinyStories-train-head.txt"],
-                  "TinyStories-train.txt"),
+        "train": (
+            [
+                "tinystories/TinyStories-train.txt",
+                "tinystories/TinyStories-train-head.txt",
+            ],
+            "TinyStories-train.txt",
+        ),
         "validation": (["tinystories/TinyStories-valid.txt"], "TinyStories-valid.txt"),
     },
 }
-_HUB_REPO = {"wikitext-2": "Salesforce/wikitext", "tinystories": "roneneldan/TinyStories"}
+_HUB_REPO = {
+    "wikitext-2": "Salesforce/wikitext",
+    "tinystories": "roneneldan/TinyStories",
+}
 _DEFAULT_SPLIT = {"wikitext-2": "validation", "tinystories": "train"}
 
 
@@ -77,7 +104,10 @@ def find_data_dir(data_dir=None) -> list[Path]:
 
 
 def _offline() -> bool:
-    return any(os.environ.get(k, "").strip() not in ("", "0") for k in ("ATTNBOOK_OFFLINE", "HF_HUB_OFFLINE"))
+    return any(
+        os.environ.get(k, "").strip() not in ("", "0")
+        for k in ("ATTNBOOK_OFFLINE", "HF_HUB_OFFLINE")
+    )
 
 
 def _network_available(host: str = "huggingface.co", timeout: float = 3.0) -> bool:
@@ -92,7 +122,9 @@ def _download(name: str, split: str) -> str:
     from huggingface_hub import hf_hub_download  # optional: present on Colab
 
     filename = DATASETS[name][split][1]
-    path = hf_hub_download(repo_id=_HUB_REPO[name], filename=filename, repo_type="dataset")
+    path = hf_hub_download(
+        repo_id=_HUB_REPO[name], filename=filename, repo_type="dataset"
+    )
     if filename.endswith(".parquet"):
         import pandas as pd  # noqa: F401 - pyarrow/pandas come with Colab
 
@@ -101,7 +133,9 @@ def _download(name: str, split: str) -> str:
     return Path(path).read_text(encoding="utf-8")
 
 
-def load_text(name: str, split: str | None = None, *, data_dir=None, download: bool = True) -> str:
+def load_text(
+    name: str, split: str | None = None, *, data_dir=None, download: bool = True
+) -> str:
     """The raw text of a data set split (see the module docstring for where it is looked for).
 
     ``name`` is ``"wikitext-2"`` or ``"tinystories"``; ``split`` ``"train"``, ``"validation"``
@@ -109,7 +143,11 @@ def load_text(name: str, split: str | None = None, *, data_dir=None, download: b
     first 2,316 stories if only the excerpt is there).
     """
     name = check_choice(name, "name", tuple(DATASETS))
-    split = _DEFAULT_SPLIT[name] if split is None else check_choice(split, "split", tuple(DATASETS[name]))
+    split = (
+        _DEFAULT_SPLIT[name]
+        if split is None
+        else check_choice(split, "split", tuple(DATASETS[name]))
+    )
     local_names, _ = DATASETS[name][split]
     tried = []
     for folder in find_data_dir(data_dir):
@@ -137,14 +175,18 @@ def load_text(name: str, split: str | None = None, *, data_dir=None, download: b
         except Exception as exc:  # noqa: BLE001 - reported with context below
             reason = f"download failed: {type(exc).__name__}: {exc}"
     raise DataNotFound(
-        f"{name} ({split}) not found. Looked for:\n  " + "\n  ".join(tried) +
-        f"\nand could not download it: {reason}.\nFix: put the files in a folder and set "
+        f"{name} ({split}) not found. Looked for:\n  "
+        + "\n  ".join(tried)
+        + f"\nand could not download it: {reason}.\nFix: put the files in a folder and set "
         f"ATTNBOOK_DATA_DIR to it (layout: {', '.join(local_names)}), or run where the Hugging "
-        f"Face hub is reachable (dataset {_HUB_REPO[name]}).")
+        f"Face hub is reachable (dataset {_HUB_REPO[name]})."
+    )
 
 
 # words: letters/digits joined by inner apostrophes or hyphens, and numbers with , or . inside
-_WORD = re.compile(r"[a-z0-9]+(?:(?:['\-]|(?<=[0-9])[,.](?=[0-9]))[a-z0-9]+)*|[^\sa-z0-9]")
+_WORD = re.compile(
+    r"[a-z0-9]+(?:(?:['\-]|(?<=[0-9])[,.](?=[0-9]))[a-z0-9]+)*|[^\sa-z0-9]"
+)
 
 
 def tokenize_words(text: str) -> list[str]:
@@ -196,7 +238,9 @@ def build_corpus(tokens: list[str], d: int, *, name: str = "") -> Corpus:
         raise ValueError("tokens must be a non-empty list of strings")
     counts = Counter(tokens)
     if len(counts) < d - 1:
-        raise ValueError(f"only {len(counts)} distinct tokens: cannot keep d-1 = {d - 1} of them")
+        raise ValueError(
+            f"only {len(counts)} distinct tokens: cannot keep d-1 = {d - 1} of them"
+        )
     top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: d - 1]
     vocab = [w for w, _ in top] + [OTHER]
     index = {w: i for i, w in enumerate(vocab[:-1])}
@@ -205,8 +249,15 @@ def build_corpus(tokens: list[str], d: int, *, name: str = "") -> Corpus:
     return Corpus(ids=ids, vocab=vocab, freqs=freqs, name=name)
 
 
-def load_corpus(name: str, d: int, *, split: str | None = None, data_dir=None, download: bool = True,
-                max_tokens: int | None = None) -> Corpus:
+def load_corpus(
+    name: str,
+    d: int,
+    *,
+    split: str | None = None,
+    data_dir=None,
+    download: bool = True,
+    max_tokens: int | None = None,
+) -> Corpus:
     """``build_corpus(tokenize_words(load_text(name, split)), d)``; ``max_tokens`` keeps the first ones."""
     toks = tokenize_words(load_text(name, split, data_dir=data_dir, download=download))
     if max_tokens is not None:

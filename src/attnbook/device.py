@@ -5,6 +5,7 @@ variable ``ATTNBOOK_DEVICE`` (e.g. ``cpu``) or an explicit argument overrides it
 function in the package that draws random numbers takes a ``seed`` or a ``torch.Generator``
 made by :func:`make_generator`, so the same seed gives the same numbers on the CPU.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,14 @@ import random
 import numpy as np
 import torch
 
-__all__ = ["default_device", "make_generator", "seed_everything", "resolve_generator",
-           "on_colab", "describe"]
+__all__ = [
+    "default_device",
+    "make_generator",
+    "seed_everything",
+    "resolve_generator",
+    "on_colab",
+    "describe",
+]
 
 
 def default_device(prefer: str | torch.device | None = None) -> torch.device:
@@ -24,14 +31,20 @@ def default_device(prefer: str | torch.device | None = None) -> torch.device:
         try:
             dev = torch.device(choice)
         except (RuntimeError, TypeError) as exc:
-            raise ValueError(f"device {choice!r} is not a valid torch device: {exc}") from None
+            raise ValueError(
+                f"device {choice!r} is not a valid torch device: {exc}"
+            ) from None
         if dev.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device {choice!r} was asked for but CUDA is not available")
+            raise ValueError(
+                f"device {choice!r} was asked for but CUDA is not available"
+            )
         return dev
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def make_generator(seed: int, device: str | torch.device | None = "cpu") -> torch.Generator:
+def make_generator(
+    seed: int, device: str | torch.device | None = "cpu"
+) -> torch.Generator:
     """A ``torch.Generator`` on ``device`` seeded with ``seed`` (an int >= 0)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
@@ -42,8 +55,11 @@ def make_generator(seed: int, device: str | torch.device | None = "cpu") -> torc
     return g
 
 
-def resolve_generator(seed: int | None = None, generator: torch.Generator | None = None,
-                      device: str | torch.device | None = "cpu") -> torch.Generator:
+def resolve_generator(
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    device: str | torch.device | None = "cpu",
+) -> torch.Generator:
     """Accept either a seed or a generator (not both) and return a generator.
 
     With neither, seed 0 is used: results are reproducible by default.
@@ -52,7 +68,9 @@ def resolve_generator(seed: int | None = None, generator: torch.Generator | None
         if seed is not None:
             raise ValueError("give either seed or generator, not both")
         if not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+            raise TypeError(
+                f"generator must be a torch.Generator, got {type(generator).__name__}"
+            )
         return generator
     return make_generator(0 if seed is None else seed, device)
 
@@ -68,6 +86,7 @@ def seed_everything(seed: int) -> None:
 def on_colab() -> bool:
     """True inside a Google Colab runtime."""
     import sys
+
     return "google.colab" in sys.modules
 
 
@@ -78,5 +97,7 @@ def describe(device: torch.device | None = None) -> str:
         name = torch.cuda.get_device_name(dev)
         return f"GPU ({name}), torch {torch.__version__}"
     threads = torch.get_num_threads()
-    return (f"CPU ({os.cpu_count()} cores, {threads} torch thread{'s' if threads > 1 else ''}), "
-            f"torch {torch.__version__}")
+    return (
+        f"CPU ({os.cpu_count()} cores, {threads} torch thread{'s' if threads > 1 else ''}), "
+        f"torch {torch.__version__}"
+    )

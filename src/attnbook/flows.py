@@ -12,10 +12,11 @@ Both stop as soon as the state stops being finite or its largest entry exceeds `
 raise :class:`BlowUpError` carrying the time and the part of the solution computed so far —
 never returning NaN silently.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -32,7 +33,9 @@ class BlowUpError(FloatingPointError):
     (shape ``(k, *y0.shape)``), ``times`` those times.
     """
 
-    def __init__(self, message: str, time: float, partial: torch.Tensor, times: torch.Tensor):
+    def __init__(
+        self, message: str, time: float, partial: torch.Tensor, times: torch.Tensor
+    ):
         super().__init__(message)
         self.time = time
         self.partial = partial
@@ -46,9 +49,13 @@ def check_times(t, name: str = "t") -> np.ndarray:
     try:
         arr = np.asarray(t, dtype=float)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a 1-D array of times, got {type(t).__name__}") from None
+        raise TypeError(
+            f"{name} must be a 1-D array of times, got {type(t).__name__}"
+        ) from None
     if arr.ndim != 1 or arr.size < 2:
-        raise ValueError(f"{name} must be a 1-D array of at least two times, got shape {arr.shape}")
+        raise ValueError(
+            f"{name} must be a 1-D array of at least two times, got shape {arr.shape}"
+        )
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite")
     if not np.all(np.diff(arr) > 0):
@@ -61,6 +68,7 @@ def _progress(total: int, progress: bool | None, desc: str):
     if not show:
         return None
     from tqdm.auto import tqdm
+
     return tqdm(total=total, desc=desc, leave=False)
 
 
@@ -68,9 +76,15 @@ def _blown(y: torch.Tensor, max_abs: float) -> bool:
     return (not bool(torch.isfinite(y).all())) or float(y.abs().max()) > max_abs
 
 
-def odeint_rk4(f: Callable[[float, torch.Tensor], torch.Tensor], y0: torch.Tensor, t, *,
-               step: float = 0.01, max_abs: float = 1e8, progress: bool | None = None
-               ) -> torch.Tensor:
+def odeint_rk4(
+    f: Callable[[float, torch.Tensor], torch.Tensor],
+    y0: torch.Tensor,
+    t,
+    *,
+    step: float = 0.01,
+    max_abs: float = 1e8,
+    progress: bool | None = None,
+) -> torch.Tensor:
     r"""Solve :math:`\dot y = f(t, y)` with RK4 and return ``y`` at the times ``t``.
 
     One step of size :math:`h`: :math:`k_1 = f(t, y)`, :math:`k_2 = f(t + h/2, y + h k_1/2)`,
@@ -101,7 +115,10 @@ def odeint_rk4(f: Callable[[float, torch.Tensor], torch.Tensor], y0: torch.Tenso
                     partial = torch.stack(out)
                     raise BlowUpError(
                         f"the solution blew up (|y| > {max_abs:.3g} or non-finite) at t ≈ {tk + h:.6g}",
-                        tk + h, partial, torch.as_tensor(times[:len(out)]))
+                        tk + h,
+                        partial,
+                        torch.as_tensor(times[: len(out)]),
+                    )
             if bar is not None:
                 bar.update(int(n_sub[k]))
             out.append(y)
@@ -113,21 +130,39 @@ def odeint_rk4(f: Callable[[float, torch.Tensor], torch.Tensor], y0: torch.Tenso
 
 # Dormand–Prince 5(4) tableau (Hairer, Nørsett & Wanner, 1993).
 _DP_C = (0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0, 1.0)
-_DP_A = ((),
-         (1 / 5,),
-         (3 / 40, 9 / 40),
-         (44 / 45, -56 / 15, 32 / 9),
-         (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
-         (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656),
-         (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84))
+_DP_A = (
+    (),
+    (1 / 5,),
+    (3 / 40, 9 / 40),
+    (44 / 45, -56 / 15, 32 / 9),
+    (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
+    (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656),
+    (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84),
+)
 _DP_B5 = (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0.0)
-_DP_B4 = (5179 / 57600, 0.0, 7571 / 16695, 393 / 640, -92097 / 339200, 187 / 2100, 1 / 40)
+_DP_B4 = (
+    5179 / 57600,
+    0.0,
+    7571 / 16695,
+    393 / 640,
+    -92097 / 339200,
+    187 / 2100,
+    1 / 40,
+)
 
 
-def odeint_dopri5(f: Callable[[float, torch.Tensor], torch.Tensor], y0: torch.Tensor, t, *,
-                  rtol: float = 1e-6, atol: float = 1e-9, max_abs: float = 1e8,
-                  first_step: float | None = None, max_steps: int = 1_000_000,
-                  progress: bool | None = None) -> torch.Tensor:
+def odeint_dopri5(
+    f: Callable[[float, torch.Tensor], torch.Tensor],
+    y0: torch.Tensor,
+    t,
+    *,
+    rtol: float = 1e-6,
+    atol: float = 1e-9,
+    max_abs: float = 1e8,
+    first_step: float | None = None,
+    max_steps: int = 1_000_000,
+    progress: bool | None = None,
+) -> torch.Tensor:
     r"""Solve :math:`\dot y = f(t, y)` with adaptive Dormand–Prince 5(4); ``y`` at the times ``t``.
 
     A step is accepted when the RMS over all entries of the error estimate scaled by
@@ -142,7 +177,11 @@ def odeint_dopri5(f: Callable[[float, torch.Tensor], torch.Tensor], y0: torch.Te
     check_finite(y0, "y0")
     out = [y0]
     y, tc = y0, float(times[0])
-    h = first_step if first_step is not None else min(0.01, (times[-1] - times[0]) / 100)
+    h = (
+        first_step
+        if first_step is not None
+        else min(0.01, (times[-1] - times[0]) / 100)
+    )
     k1 = f(tc, y)
     n_steps = 0
     bar = _progress(len(times) - 1, progress, "DOPRI5") if progress else None
@@ -157,23 +196,39 @@ def odeint_dopri5(f: Callable[[float, torch.Tensor], torch.Tensor], y0: torch.Te
                 y5 = y + h * sum(b * k for b, k in zip(_DP_B5, ks) if b != 0.0)
                 y4 = y + h * sum(b * k for b, k in zip(_DP_B4, ks) if b != 0.0)
                 scale = atol + rtol * torch.maximum(y.abs(), y5.abs())
-                err = float(torch.sqrt(torch.mean(((y5 - y4) / scale) ** 2))) if y.numel() else 0.0
+                err = (
+                    float(torch.sqrt(torch.mean(((y5 - y4) / scale) ** 2)))
+                    if y.numel()
+                    else 0.0
+                )
                 n_steps += 1
                 if not math.isfinite(err) or _blown(y5, max_abs):
                     if _blown(y5, max_abs) and err <= 1.0:
                         partial = torch.stack(out)
-                        raise BlowUpError(f"the solution blew up (|y| > {max_abs:.3g}) at t ≈ {tc + h:.6g}",
-                                          tc + h, partial, torch.as_tensor(times[:len(out)]))
+                        raise BlowUpError(
+                            f"the solution blew up (|y| > {max_abs:.3g}) at t ≈ {tc + h:.6g}",
+                            tc + h,
+                            partial,
+                            torch.as_tensor(times[: len(out)]),
+                        )
                     h *= 0.2
                 elif err <= 1.0:
-                    tc, y, k1 = tc + h, y5, ks[6]        # FSAL: the last stage is f at the new point
-                    h *= min(5.0, max(0.2, 0.9 * err ** -0.2 if err > 0 else 5.0))
+                    tc, y, k1 = (
+                        tc + h,
+                        y5,
+                        ks[6],
+                    )  # FSAL: the last stage is f at the new point
+                    h *= min(5.0, max(0.2, 0.9 * err**-0.2 if err > 0 else 5.0))
                 else:
-                    h *= max(0.2, 0.9 * err ** -0.2)
+                    h *= max(0.2, 0.9 * err**-0.2)
                 if h < 1e-12 * max(1.0, abs(tc)) or n_steps > max_steps:
                     partial = torch.stack(out)
-                    raise BlowUpError(f"step size underflow at t ≈ {tc:.6g}: the solution is singular there",
-                                      tc, partial, torch.as_tensor(times[:len(out)]))
+                    raise BlowUpError(
+                        f"step size underflow at t ≈ {tc:.6g}: the solution is singular there",
+                        tc,
+                        partial,
+                        torch.as_tensor(times[: len(out)]),
+                    )
             out.append(y)
             if bar is not None:
                 bar.update(1)

@@ -16,6 +16,7 @@ symmetry of the rare tokens: :math:`\pi_0 = p_{\rm top}`,
 Every function accepts NumPy arrays or torch tensors, batched over leading dimensions, and
 returns float64 tensors (chains are small; float32 rounding would fail the stochasticity checks).
 """
+
 from __future__ import annotations
 
 import numbers
@@ -24,12 +25,27 @@ import numpy as np
 import torch
 
 from .device import resolve_generator
-from .validation import (as_tensor, check_finite, check_ndim, check_positive_int,
-                         check_probability_vector, check_stochastic_matrix)
+from .validation import (
+    as_tensor,
+    check_finite,
+    check_ndim,
+    check_positive_int,
+    check_probability_vector,
+    check_stochastic_matrix,
+)
 
-__all__ = ["as_probability_vector", "as_stochastic_matrix", "lazy_chain", "stationary",
-           "perturbed_stationary", "perturbed_chain",
-           "sample_sequences", "entropy_rate", "entropy", "estimate_chain"]
+__all__ = [
+    "as_probability_vector",
+    "as_stochastic_matrix",
+    "lazy_chain",
+    "stationary",
+    "perturbed_stationary",
+    "perturbed_chain",
+    "sample_sequences",
+    "entropy_rate",
+    "entropy",
+    "estimate_chain",
+]
 
 
 def _as_float64(x, name):
@@ -79,13 +95,17 @@ def lazy_chain(pi, lam) -> torch.Tensor:
         lam_t = as_tensor(lam, "lam", dtype=pi.dtype, device=pi.device)
     check_finite(lam_t, "lam")
     if bool(((lam_t < 0) | (lam_t >= 1)).any()):
-        raise ValueError(f"lam must satisfy 0 <= lam < 1, got {lam_t.flatten()[:4].tolist()}")
+        raise ValueError(
+            f"lam must satisfy 0 <= lam < 1, got {lam_t.flatten()[:4].tolist()}"
+        )
     d = pi.shape[-1]
     try:
         lam_b = lam_t.expand(pi.shape[:-1])[..., None, None]
     except RuntimeError:
-        raise ValueError(f"lam of shape {tuple(lam_t.shape)} does not broadcast to the batch "
-                         f"shape {tuple(pi.shape[:-1])} of pi") from None
+        raise ValueError(
+            f"lam of shape {tuple(lam_t.shape)} does not broadcast to the batch "
+            f"shape {tuple(pi.shape[:-1])} of pi"
+        ) from None
     eye = torch.eye(d, dtype=pi.dtype, device=pi.device)
     return lam_b * eye + (1 - lam_b) * pi[..., None, :].expand(*pi.shape[:-1], d, d)
 
@@ -113,7 +133,9 @@ def stationary(P) -> torch.Tensor:
     return pi.clamp_min(0.0) / pi.clamp_min(0.0).sum(-1, keepdim=True)
 
 
-def perturbed_stationary(d: int, pi_top: float, delta: float = 0.0, *, c=None) -> torch.Tensor:
+def perturbed_stationary(
+    d: int, pi_top: float, delta: float = 0.0, *, c=None
+) -> torch.Tensor:
     r"""The δ-perturbed law :math:`\pi_0 = p_{\rm top}`, :math:`\pi_i = (1-p_{\rm top})/(d-1) + c_i\delta`.
 
     ``c`` (length ``d-1``, summing to zero) defaults to ``linspace(1, -1, d-1)``; for ``d = 4``
@@ -126,8 +148,11 @@ def perturbed_stationary(d: int, pi_top: float, delta: float = 0.0, *, c=None) -
     if not isinstance(delta, numbers.Real) or delta < 0:
         raise ValueError(f"delta must be a non-negative number, got {delta!r}")
     if c is None:
-        c_t = (torch.linspace(1.0, -1.0, d - 1, dtype=torch.float64) if d > 2
-               else torch.zeros(1, dtype=torch.float64))
+        c_t = (
+            torch.linspace(1.0, -1.0, d - 1, dtype=torch.float64)
+            if d > 2
+            else torch.zeros(1, dtype=torch.float64)
+        )
     else:
         c_t = as_tensor(c, "c", dtype=torch.float64)
         check_ndim(c_t, "c", 1)
@@ -137,17 +162,29 @@ def perturbed_stationary(d: int, pi_top: float, delta: float = 0.0, *, c=None) -
             raise ValueError(f"c must sum to zero, sums to {float(c_t.sum()):.3g}")
     rest = (1.0 - pi_top) / (d - 1) + c_t * delta
     if bool((rest <= 0).any()):
-        raise ValueError(f"delta = {delta} is too large: a rare token's probability would be <= 0")
+        raise ValueError(
+            f"delta = {delta} is too large: a rare token's probability would be <= 0"
+        )
     return torch.cat([torch.tensor([float(pi_top)], dtype=torch.float64), rest])
 
 
-def perturbed_chain(d: int, pi_top: float, delta: float, lam: float, *, c=None) -> torch.Tensor:
+def perturbed_chain(
+    d: int, pi_top: float, delta: float, lam: float, *, c=None
+) -> torch.Tensor:
     """``lazy_chain(perturbed_stationary(d, pi_top, delta, c=c), lam)``."""
     return lazy_chain(perturbed_stationary(d, pi_top, delta, c=c), lam)
 
 
-def sample_sequences(P, n_seq: int, length: int, *, init=None, seed: int | None = None,
-                     generator: torch.Generator | None = None, device=None) -> torch.Tensor:
+def sample_sequences(
+    P,
+    n_seq: int,
+    length: int,
+    *,
+    init=None,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    device=None,
+) -> torch.Tensor:
     r"""Sample ``n_seq`` sequences of ``length`` tokens from the chain ``P`` (vectorised).
 
     The first token is drawn from ``init`` (default: the stationary law, so every window is a
@@ -168,12 +205,14 @@ def sample_sequences(P, n_seq: int, length: int, *, init=None, seed: int | None 
     else:
         init_t = as_probability_vector(init, "init").to(dev)
         if init_t.shape[-1] != d:
-            raise ValueError(f"init must have {d} entries (the size of P), got {init_t.shape[-1]}")
+            raise ValueError(
+                f"init must have {d} entries (the size of P), got {init_t.shape[-1]}"
+            )
         init_t = init_t.expand(*batch, d)
     gen = resolve_generator(seed, generator, device=dev)
     u = torch.rand(*batch, n_seq, length, generator=gen, device=dev, dtype=P.dtype)
-    cum = P.cumsum(-1)                                   # (..., d, d)
-    cum_init = init_t.cumsum(-1)[..., None, :]           # (..., 1, d)
+    cum = P.cumsum(-1)  # (..., d, d)
+    cum_init = init_t.cumsum(-1)[..., None, :]  # (..., 1, d)
     x = torch.empty(*batch, n_seq, length, dtype=torch.long, device=dev)
     # count of CDF values below u = the sampled index (clamped against rounding of the last entry)
     x[..., 0] = (cum_init < u[..., 0:1]).sum(-1).clamp_max(d - 1)
@@ -183,8 +222,8 @@ def sample_sequences(P, n_seq: int, length: int, *, init=None, seed: int | None 
     xf = x.reshape(nb, n_seq, length)
     uf = u.reshape(nb, n_seq, length)
     for t in range(1, length):
-        rows = flat_cum[bidx, xf[..., t - 1]]            # (nb, n_seq, d)
-        xf[..., t] = (rows < uf[..., t:t + 1]).sum(-1).clamp_max(d - 1)
+        rows = flat_cum[bidx, xf[..., t - 1]]  # (nb, n_seq, d)
+        xf[..., t] = (rows < uf[..., t : t + 1]).sum(-1).clamp_max(d - 1)
     return xf.reshape(*batch, n_seq, length)
 
 
@@ -210,7 +249,9 @@ def entropy_rate(P, pi=None) -> torch.Tensor:
     return (pi * entropy(P)).sum(-1)
 
 
-def estimate_chain(tokens, d: int, *, smoothing: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+def estimate_chain(
+    tokens, d: int, *, smoothing: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Bigram estimate of a chain from token ids: :math:`\hat P_{ij} \propto n_{ij} + \text{smoothing}`.
 
     ``tokens`` is one stream ``(L,)`` or a batch of sequences ``(..., L)`` (transitions are
@@ -229,10 +270,14 @@ def estimate_chain(tokens, d: int, *, smoothing: float = 0.0) -> tuple[torch.Ten
     if t.shape[-1] < 2:
         raise ValueError("tokens must hold at least two ids per sequence")
     if int(t.min()) < 0 or int(t.max()) >= d:
-        raise ValueError(f"tokens must lie in [0, {d}), found range [{int(t.min())}, {int(t.max())}]")
+        raise ValueError(
+            f"tokens must lie in [0, {d}), found range [{int(t.min())}, {int(t.max())}]"
+        )
     if not isinstance(smoothing, numbers.Real) or smoothing < 0:
         raise ValueError(f"smoothing must be a non-negative number, got {smoothing!r}")
-    pairs = (t[..., :-1] * d + t[..., 1:]).reshape(-1)   # transitions within each sequence only
+    pairs = (t[..., :-1] * d + t[..., 1:]).reshape(
+        -1
+    )  # transitions within each sequence only
     counts = torch.bincount(pairs, minlength=d * d).reshape(d, d).to(torch.float64)
     t = t.reshape(-1)
     pi_hat = torch.bincount(t, minlength=d).to(torch.float64)

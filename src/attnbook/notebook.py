@@ -7,6 +7,7 @@ unless ``$ATTNBOOK_DEVICE`` says otherwise), keeps tiny CPU workloads on one thr
 2-core machine each small torch op was many times slower with two threads), prints what it
 chose, and opens the chapter's claims ledger.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,8 +38,15 @@ class Chapter:
         return g
 
 
-def setup_chapter(chapter: str, title: str | None = None, *, seed: int = 0, device=None,
-                  cpu_threads: int | None = 1, quiet: bool = False) -> Chapter:
+def setup_chapter(
+    chapter: str,
+    title: str | None = None,
+    *,
+    seed: int = 0,
+    device=None,
+    cpu_threads: int | None = 1,
+    quiet: bool = False,
+) -> Chapter:
     """Prepare a chapter: style, seeds, device, CPU threads and its claims ledger.
 
     ``cpu_threads`` (default 1) is applied only when the device is the CPU; ``None`` leaves
@@ -47,11 +55,19 @@ def setup_chapter(chapter: str, title: str | None = None, *, seed: int = 0, devi
     dev = default_device(device)
     seed_everything(seed)
     if dev.type == "cpu" and cpu_threads is not None:
-        if isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int) or cpu_threads < 1:
-            raise ValueError(f"cpu_threads must be a positive integer or None, got {cpu_threads!r}")
+        if (
+            isinstance(cpu_threads, bool)
+            or not isinstance(cpu_threads, int)
+            or cpu_threads < 1
+        ):
+            raise ValueError(
+                f"cpu_threads must be a positive integer or None, got {cpu_threads!r}"
+            )
         torch.set_num_threads(cpu_threads)
     use_style()
     ledger = Ledger(chapter, title=title)
     if not quiet:
         print(f"attnbook · {title or chapter}\n{describe(dev)} · seed {seed}")
-    return Chapter(name=chapter, title=title or chapter, device=dev, seed=seed, ledger=ledger)
+    return Chapter(
+        name=chapter, title=title or chapter, device=dev, seed=seed, ledger=ledger
+    )

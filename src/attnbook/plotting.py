@@ -3,15 +3,23 @@
 ``use_style()`` is called by :func:`attnbook.notebook.setup_chapter`; every figure function
 returns its ``Figure`` so a chapter can add to it, and never calls ``plt.show()`` itself.
 """
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 
-__all__ = ["use_style", "KIND_COLORS", "KIND_LABELS", "to_numpy", "matrix_panels", "annotate_value"]
+__all__ = [
+    "use_style",
+    "KIND_COLORS",
+    "KIND_LABELS",
+    "to_numpy",
+    "matrix_panels",
+    "annotate_value",
+]
 
 #: One colour per attention kind, the same in every chapter.
 KIND_COLORS = {
@@ -25,8 +33,15 @@ KIND_COLORS = {
 }
 
 #: How each kind is written in legends and titles.
-KIND_LABELS = {"softmax": "softmax", "linear": "linear", "l2": "ℓ²", "sigmoid": "sigmoid",
-               "sinkhorn": "Sinkhorn", "multi-head": "multi-head", "causal": "causal softmax"}
+KIND_LABELS = {
+    "softmax": "softmax",
+    "linear": "linear",
+    "l2": "ℓ²",
+    "sigmoid": "sigmoid",
+    "sinkhorn": "Sinkhorn",
+    "multi-head": "multi-head",
+    "causal": "causal softmax",
+}
 
 _STYLE = {
     "figure.figsize": (6.4, 3.6),
@@ -61,9 +76,17 @@ def to_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def matrix_panels(matrices: Mapping[str, object], *, ncols: int | None = None, cmap: str = "viridis",
-                  vmin: float | None = None, vmax: float | None = None, colorbar: bool = True,
-                  panel_size: float = 2.2, suptitle: str | None = None):
+def matrix_panels(
+    matrices: Mapping[str, object],
+    *,
+    ncols: int | None = None,
+    cmap: str = "viridis",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    colorbar: bool = True,
+    panel_size: float = 2.2,
+    suptitle: str | None = None,
+):
     """Draw several matrices side by side as heat maps (rows = queries, columns = keys).
 
     ``matrices`` maps a panel title to a 2-D array or tensor. Returns ``(fig, axes)``.
@@ -73,8 +96,12 @@ def matrix_panels(matrices: Mapping[str, object], *, ncols: int | None = None, c
     n = len(matrices)
     ncols = n if ncols is None else ncols
     nrows = -(-n // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size * ncols + 0.6, panel_size * nrows + 0.4),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(panel_size * ncols + 0.6, panel_size * nrows + 0.4),
+        squeeze=False,
+    )
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     for ax, (title, mat) in zip(axes.flat, matrices.items()):
@@ -95,10 +122,22 @@ def matrix_panels(matrices: Mapping[str, object], *, ncols: int | None = None, c
 
 def annotate_value(ax, text: str, *, loc: str = "upper right") -> None:
     """Write a measured number in a corner of a panel (so the figure shows what the claim checks)."""
-    pos = {"upper right": (0.98, 0.95, "right", "top"), "upper left": (0.02, 0.95, "left", "top"),
-           "lower right": (0.98, 0.05, "right", "bottom"), "lower left": (0.02, 0.05, "left", "bottom")}
+    pos = {
+        "upper right": (0.98, 0.95, "right", "top"),
+        "upper left": (0.02, 0.95, "left", "top"),
+        "lower right": (0.98, 0.05, "right", "bottom"),
+        "lower left": (0.02, 0.05, "left", "bottom"),
+    }
     if loc not in pos:
         raise ValueError(f"unknown loc {loc!r}; expected one of {tuple(pos)}")
     x, y, ha, va = pos[loc]
-    ax.text(x, y, text, transform=ax.transAxes, ha=ha, va=va, fontsize=9,
-            bbox=dict(boxstyle="round,pad=0.25", fc="white", ec="0.8", alpha=0.9))
+    ax.text(
+        x,
+        y,
+        text,
+        transform=ax.transAxes,
+        ha=ha,
+        va=va,
+        fontsize=9,
+        bbox=dict(boxstyle="round,pad=0.25", fc="white", ec="0.8", alpha=0.9),
+    )

@@ -16,18 +16,31 @@ Diagnostics follow Vehtari et al. (2021): split :math:`\hat R` (within- vs betwe
 of half-chains, ≈ 1 when the chains agree) and the effective sample size from the multi-chain
 autocorrelation with Geyer's initial-positive-sequence truncation.
 """
+
 from __future__ import annotations
 
 import math
 import time
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
 from attnbook.device import resolve_generator
-from attnbook.validation import as_tensor, check_finite, check_positive_int, per_model_positive
+from attnbook.validation import (
+    as_tensor,
+    check_finite,
+    check_positive_int,
+    per_model_positive,
+)
 
-__all__ = ["sample", "SGLDResult", "SGLDDivergence", "split_rhat", "effective_sample_size"]
+__all__ = [
+    "sample",
+    "SGLDResult",
+    "SGLDDivergence",
+    "split_rhat",
+    "effective_sample_size",
+]
 
 
 class SGLDDivergence(FloatingPointError):
@@ -57,9 +70,19 @@ def _step_tensor(step_size, n_chains: int, like: torch.Tensor) -> torch.Tensor:
     return eta.reshape(-1, *([1] * (like.dim() - 1))) if eta.dim() else eta
 
 
-def sample(potential: Callable, init, *, step_size, n_steps: int, burn_in: int = 0, thin: int = 1,
-           generator: torch.Generator | None = None, seed: int | None = None,
-           minibatch: Callable | None = None, progress: bool = False) -> SGLDResult:
+def sample(
+    potential: Callable,
+    init,
+    *,
+    step_size,
+    n_steps: int,
+    burn_in: int = 0,
+    thin: int = 1,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+    minibatch: Callable | None = None,
+    progress: bool = False,
+) -> SGLDResult:
     """Run ``n_chains`` SGLD chains at once.
 
     Parameters
@@ -95,7 +118,9 @@ def sample(potential: Callable, init, *, step_size, n_steps: int, burn_in: int =
     if not callable(potential):
         raise TypeError(f"potential must be callable, got {type(potential).__name__}")
     if minibatch is not None and not callable(minibatch):
-        raise TypeError(f"minibatch must be callable or None, got {type(minibatch).__name__}")
+        raise TypeError(
+            f"minibatch must be callable or None, got {type(minibatch).__name__}"
+        )
     theta = as_tensor(init, "init").detach().clone()
     if theta.dim() < 1:
         raise ValueError("init must have shape (n_chains, ...), got a scalar")
@@ -105,7 +130,9 @@ def sample(potential: Callable, init, *, step_size, n_steps: int, burn_in: int =
     burn_in = check_positive_int(burn_in, "burn_in", minimum=0)
     thin = check_positive_int(thin, "thin")
     if burn_in >= n_steps:
-        raise ValueError(f"burn_in ({burn_in}) must be smaller than n_steps ({n_steps})")
+        raise ValueError(
+            f"burn_in ({burn_in}) must be smaller than n_steps ({n_steps})"
+        )
     n_kept = (n_steps - burn_in) // thin
     if n_kept < 1:
         raise ValueError("no samples kept: increase n_steps or reduce burn_in/thin")
@@ -119,37 +146,59 @@ def sample(potential: Callable, init, *, step_size, n_steps: int, burn_in: int =
     iterator = range(n_steps)
     if progress:
         from tqdm.auto import tqdm
+
         iterator = tqdm(iterator, desc="SGLD", leave=False)
     t0 = time.perf_counter()
     k = 0
     for t in iterator:
         theta.requires_grad_(True)
-        U = potential(theta) if minibatch is None else potential(theta, minibatch(t, gen))
+        U = (
+            potential(theta)
+            if minibatch is None
+            else potential(theta, minibatch(t, gen))
+        )
         if not isinstance(U, torch.Tensor) or U.shape != (n_chains,):
-            raise ValueError(f"potential must return a tensor of shape (n_chains,)=({n_chains},), "
-                             f"got {getattr(U, 'shape', type(U).__name__)}")
-        grad, = torch.autograd.grad(U.sum(), theta)
+            raise ValueError(
+                f"potential must return a tensor of shape (n_chains,)=({n_chains},), "
+                f"got {getattr(U, 'shape', type(U).__name__)}"
+            )
+        (grad,) = torch.autograd.grad(U.sum(), theta)
         with torch.no_grad():
-            theta = theta - 0.5 * eta * grad + noise_scale * torch.randn(
-                theta.shape, generator=gen, dtype=theta.dtype, device=theta.device)
-            bad = ~torch.isfinite(theta.reshape(n_chains, -1)).all(-1) | ~torch.isfinite(U.detach())
+            theta = (
+                theta
+                - 0.5 * eta * grad
+                + noise_scale
+                * torch.randn(
+                    theta.shape, generator=gen, dtype=theta.dtype, device=theta.device
+                )
+            )
+            bad = ~torch.isfinite(theta.reshape(n_chains, -1)).all(
+                -1
+            ) | ~torch.isfinite(U.detach())
             if bool(bad.any()):
                 chains = bad.nonzero().flatten().tolist()
                 raise SGLDDivergence(
                     f"SGLD diverged at step {t}: chain(s) {chains[:10]}{'…' if len(chains) > 10 else ''} "
-                    f"became non-finite (step_size max {float(eta.max()):.3g}); try a smaller step_size")
+                    f"became non-finite (step_size max {float(eta.max()):.3g}); try a smaller step_size"
+                )
             if t >= burn_in and (t - burn_in) % thin == 0 and k < n_kept:
                 samples[k] = theta
                 energies[k] = U.detach()
                 steps[k] = t
                 k += 1
     seconds = time.perf_counter() - t0
-    diagnostics = {"potential": energies, "steps": steps, "seconds": seconds,
-                   "steps_per_second": n_steps / seconds if seconds > 0 else math.inf}
+    diagnostics = {
+        "potential": energies,
+        "steps": steps,
+        "seconds": seconds,
+        "steps_per_second": n_steps / seconds if seconds > 0 else math.inf,
+    }
     if n_kept >= 4:
         rhat = split_rhat(samples)
         ess = effective_sample_size(samples)
-        diagnostics.update(rhat=rhat, ess=ess, max_rhat=float(rhat.max()), min_ess=float(ess.min()))
+        diagnostics.update(
+            rhat=rhat, ess=ess, max_rhat=float(rhat.max()), min_ess=float(ess.min())
+        )
     else:
         diagnostics.update(rhat=None, ess=None, max_rhat=math.nan, min_ess=math.nan)
     return SGLDResult(samples, diagnostics)
@@ -158,7 +207,9 @@ def sample(potential: Callable, init, *, step_size, n_steps: int, burn_in: int =
 def _as_draws(samples, name="samples") -> torch.Tensor:
     x = as_tensor(samples, name)
     if x.dim() < 2:
-        raise ValueError(f"{name} must have shape (n_draws, n_chains, ...), got {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must have shape (n_draws, n_chains, ...), got {tuple(x.shape)}"
+        )
     if x.shape[0] < 4:
         raise ValueError(f"{name} needs at least 4 draws per chain, got {x.shape[0]}")
     check_finite(x, name)
@@ -174,12 +225,14 @@ def split_rhat(samples) -> torch.Tensor:
     """
     x = _as_draws(samples)
     n = x.shape[0] // 2
-    halves = torch.cat([x[:n], x[-n:]], 1)                      # (n, 2 chains, ...)
+    halves = torch.cat([x[:n], x[-n:]], 1)  # (n, 2 chains, ...)
     means = halves.mean(0)
     W = halves.var(0, unbiased=True).mean(0)
     B_over_n = means.var(0, unbiased=True)
     var_plus = (n - 1) / n * W + B_over_n
-    return torch.sqrt(var_plus / torch.where(W > 0, W, torch.full_like(W, torch.finfo(W.dtype).tiny)))
+    return torch.sqrt(
+        var_plus / torch.where(W > 0, W, torch.full_like(W, torch.finfo(W.dtype).tiny))
+    )
 
 
 def effective_sample_size(samples) -> torch.Tensor:
@@ -195,16 +248,18 @@ def effective_sample_size(samples) -> torch.Tensor:
     xc = x - x.mean(0, keepdim=True)
     nfft = 1 << (2 * n - 1).bit_length()
     f = torch.fft.rfft(xc, n=nfft, dim=0)
-    acov = torch.fft.irfft(f * f.conj(), n=nfft, dim=0)[:n] / n   # (n, m, ...), biased
+    acov = torch.fft.irfft(f * f.conj(), n=nfft, dim=0)[:n] / n  # (n, m, ...), biased
     chain_var = acov[0] * n / (n - 1)
     W = chain_var.mean(0)
     B_over_n = x.mean(0).var(0, unbiased=True) if m > 1 else torch.zeros_like(W)
     var_plus = (n - 1) / n * W + B_over_n
     safe = torch.where(var_plus > 0, var_plus, torch.ones_like(var_plus))
-    rho = 1 - (W - acov.mean(1)) / safe                          # (n, ...)
+    rho = 1 - (W - acov.mean(1)) / safe  # (n, ...)
     n_pairs = n // 2
-    Gam = rho[: 2 * n_pairs: 2] + rho[1: 2 * n_pairs: 2]          # (n_pairs, ...)
-    positive = torch.cumprod((Gam > 0).to(x.dtype), 0)           # stop at the first negative pair
+    Gam = rho[: 2 * n_pairs : 2] + rho[1 : 2 * n_pairs : 2]  # (n_pairs, ...)
+    positive = torch.cumprod(
+        (Gam > 0).to(x.dtype), 0
+    )  # stop at the first negative pair
     Gam = torch.cummin(torch.where(positive > 0, Gam, torch.zeros_like(Gam)), 0).values
     tau = -1 + 2 * (Gam * positive).sum(0)
     tau = torch.clamp(tau, min=1.0 / math.log10(max(m * n, 10)))

@@ -4,6 +4,7 @@ It reads (and so executes) the claims-ledger page after every other page, so the
 shows the claims of the chapters executed in the same build, and it tells the chapters'
 kernels that they run under the book build (recorded with each claim).
 """
+
 from __future__ import annotations
 
 import os

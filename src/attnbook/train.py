@@ -14,19 +14,33 @@ independent Adam runs (tested against a loop), at the cost of one:
 with :math:`g = \nabla_\theta[\mathcal L + \tfrac{\lambda}{2}\|\theta\|^2]` (L2 weight decay, i.e.
 a Gaussian prior: Adam with weight decay finds a MAP). The learning rate may differ per network.
 """
+
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
 
-from attnbook.validation import as_tensor, check_choice, check_finite, check_positive, check_positive_int, per_model_positive
+from attnbook.validation import (
+    as_tensor,
+    check_choice,
+    check_finite,
+    check_positive,
+    check_positive_int,
+    per_model_positive,
+)
 
-__all__ = ["TrainHistory", "TrainingDiverged", "adam", "MinimumFilter", "reached_minimum"]
+__all__ = [
+    "TrainHistory",
+    "TrainingDiverged",
+    "adam",
+    "MinimumFilter",
+    "reached_minimum",
+]
 
 
 class TrainingDiverged(FloatingPointError):
@@ -41,19 +55,33 @@ class TrainHistory:
     steps: np.ndarray
     loss: np.ndarray
     final_loss: np.ndarray
-    diverged: np.ndarray            #: networks frozen after a non-finite loss (``on_divergence="freeze"``)
+    diverged: (
+        np.ndarray
+    )  #: networks frozen after a non-finite loss (``on_divergence="freeze"``)
     seconds: float
-    extra: dict = field(default_factory=dict)   #: recorded ``monitor`` values, each ``(n_records, n_models, ...)``
+    extra: dict = field(
+        default_factory=dict
+    )  #: recorded ``monitor`` values, each ``(n_records, n_models, ...)``
 
 
 def _lr_tensor(lr, n_models: int, like: torch.Tensor) -> torch.Tensor:
     return per_model_positive(lr, "lr", n_models, like)
 
 
-def adam(loss_fn: Callable[[dict], torch.Tensor], params: dict, *, n_steps: int, lr=1e-2,
-         betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float | dict = 0.0,
-         record_every: int = 1, monitor: Callable[[dict], dict] | None = None,
-         on_divergence: str = "raise", progress: bool = False) -> TrainHistory:
+def adam(
+    loss_fn: Callable[[dict], torch.Tensor],
+    params: dict,
+    *,
+    n_steps: int,
+    lr=1e-2,
+    betas=(0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float | dict = 0.0,
+    record_every: int = 1,
+    monitor: Callable[[dict], dict] | None = None,
+    on_divergence: str = "raise",
+    progress: bool = False,
+) -> TrainHistory:
     """Train ``n_models`` networks at once with Adam.
 
     Parameters
@@ -75,7 +103,9 @@ def adam(loss_fn: Callable[[dict], torch.Tensor], params: dict, *, n_steps: int,
     if not callable(loss_fn):
         raise TypeError("loss_fn must be callable")
     if not isinstance(params, dict) or not params:
-        raise TypeError("params must be a non-empty dict of tensors with the models on dim 0")
+        raise TypeError(
+            "params must be a non-empty dict of tensors with the models on dim 0"
+        )
     check_choice(on_divergence, "on_divergence", ("raise", "freeze"))
     n_steps = check_positive_int(n_steps, "n_steps")
     record_every = check_positive_int(record_every, "record_every")
@@ -91,8 +121,14 @@ def adam(loss_fn: Callable[[dict], torch.Tensor], params: dict, *, n_steps: int,
     n_models = next(iter(theta.values())).shape[0]
     for k, v in theta.items():
         if v.dim() == 0 or v.shape[0] != n_models:
-            raise ValueError(f"params[{k!r}] must have the models on dim 0 (n_models={n_models}), got {tuple(v.shape)}")
-    wd = weight_decay if isinstance(weight_decay, dict) else {k: weight_decay for k in theta}
+            raise ValueError(
+                f"params[{k!r}] must have the models on dim 0 (n_models={n_models}), got {tuple(v.shape)}"
+            )
+    wd = (
+        weight_decay
+        if isinstance(weight_decay, dict)
+        else {k: weight_decay for k in theta}
+    )
     for k in theta:
         check_positive(wd.get(k, 0.0), f"weight_decay[{k!r}]", allow_zero=True)
     any_p = next(iter(theta.values()))
@@ -104,6 +140,7 @@ def adam(loss_fn: Callable[[dict], torch.Tensor], params: dict, *, n_steps: int,
     iterator = range(1, n_steps + 1)
     if progress:
         from tqdm.auto import tqdm
+
         iterator = tqdm(iterator, desc="Adam", leave=False)
     t0 = time.perf_counter()
 
@@ -115,8 +152,13 @@ def adam(loss_fn: Callable[[dict], torch.Tensor], params: dict, *, n_steps: int,
             v.requires_grad_(True)
         L = loss_fn(theta)
         if not isinstance(L, torch.Tensor) or L.shape != (n_models,):
-            raise ValueError(f"loss_fn must return shape (n_models,)=({n_models},), got {getattr(L, 'shape', None)}")
-        reg = sum(0.5 * wd.get(k, 0.0) * (v ** 2).reshape(n_models, -1).sum(-1) for k, v in theta.items())
+            raise ValueError(
+                f"loss_fn must return shape (n_models,)=({n_models},), got {getattr(L, 'shape', None)}"
+            )
+        reg = sum(
+            0.5 * wd.get(k, 0.0) * (v**2).reshape(n_models, -1).sum(-1)
+            for k, v in theta.items()
+        )
         grads = torch.autograd.grad((L + reg).sum(), list(theta.values()))
         with torch.no_grad():
             finite = torch.isfinite(L.detach())
@@ -126,48 +168,74 @@ def adam(loss_fn: Callable[[dict], torch.Tensor], params: dict, *, n_steps: int,
             if bool(newly_bad.any()):
                 if on_divergence == "raise":
                     bad = newly_bad.nonzero().flatten().tolist()
-                    raise TrainingDiverged(f"loss or gradient of network(s) {bad[:10]} became non-finite "
-                                           f"at step {step}; lower lr or check the initialisation")
+                    raise TrainingDiverged(
+                        f"loss or gradient of network(s) {bad[:10]} became non-finite "
+                        f"at step {step}; lower lr or check the initialisation"
+                    )
                 alive &= finite
             if (step - 1) % record_every == 0 or step == n_steps:
                 rec_steps.append(step - 1)
-                rec_loss.append(torch.where(alive, L.detach(), torch.full_like(L, math.inf)).cpu())
+                rec_loss.append(
+                    torch.where(alive, L.detach(), torch.full_like(L, math.inf)).cpu()
+                )
                 if monitor is not None:
-                    for key, val in monitor({k: v.detach() for k, v in theta.items()}).items():
-                        rec_extra.setdefault(key, []).append(torch.as_tensor(val).detach().cpu())
-            bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
+                    for key, val in monitor(
+                        {k: v.detach() for k, v in theta.items()}
+                    ).items():
+                        rec_extra.setdefault(key, []).append(
+                            torch.as_tensor(val).detach().cpu()
+                        )
+            bc1, bc2 = 1 - b1**step, 1 - b2**step
             for (k, v), g in zip(theta.items(), grads):
                 g = torch.where(bcast(alive, g), g, torch.zeros_like(g))
                 m[k].mul_(b1).add_((1 - b1) * g)
                 s[k].mul_(b2).add_((1 - b2) * g * g)
                 update = bcast(lr_t, v) * (m[k] / bc1) / (torch.sqrt(s[k] / bc2) + eps)
-                theta[k] = (v - torch.where(bcast(alive, update), update, torch.zeros_like(update))).detach()
+                theta[k] = (
+                    v
+                    - torch.where(
+                        bcast(alive, update), update, torch.zeros_like(update)
+                    )
+                ).detach()
     with torch.no_grad():
         final = loss_fn(theta).detach()
-    final = torch.where(alive & torch.isfinite(final), final, torch.full_like(final, math.inf))
-    return TrainHistory(params=theta, steps=np.asarray(rec_steps), loss=torch.stack(rec_loss).numpy(),
-                        final_loss=final.cpu().numpy(), diverged=(~alive).cpu().numpy(),
-                        seconds=time.perf_counter() - t0,
-                        extra={k: torch.stack(v).numpy() for k, v in rec_extra.items()})
+    final = torch.where(
+        alive & torch.isfinite(final), final, torch.full_like(final, math.inf)
+    )
+    return TrainHistory(
+        params=theta,
+        steps=np.asarray(rec_steps),
+        loss=torch.stack(rec_loss).numpy(),
+        final_loss=final.cpu().numpy(),
+        diverged=(~alive).cpu().numpy(),
+        seconds=time.perf_counter() - t0,
+        extra={k: torch.stack(v).numpy() for k, v in rec_extra.items()},
+    )
 
 
 @dataclass
 class MinimumFilter:
     """Which runs reached their group's best (global-minimum) value, and how many per group."""
 
-    keep: np.ndarray          #: (n_models,) bool
-    best: np.ndarray          #: (n_groups,) best value per group
-    groups: np.ndarray        #: the sorted group labels
-    n_kept: np.ndarray        #: (n_groups,)
-    n_total: np.ndarray       #: (n_groups,)
+    keep: np.ndarray  #: (n_models,) bool
+    best: np.ndarray  #: (n_groups,) best value per group
+    groups: np.ndarray  #: the sorted group labels
+    n_kept: np.ndarray  #: (n_groups,)
+    n_total: np.ndarray  #: (n_groups,)
 
     def summary(self) -> str:
-        parts = [f"{g}: {k}/{t}" for g, k, t in zip(self.groups, self.n_kept, self.n_total)]
-        return (f"reached the global minimum: {int(self.keep.sum())}/{len(self.keep)} runs "
-                f"(per group {', '.join(parts)})")
+        parts = [
+            f"{g}: {k}/{t}" for g, k, t in zip(self.groups, self.n_kept, self.n_total)
+        ]
+        return (
+            f"reached the global minimum: {int(self.keep.sum())}/{len(self.keep)} runs "
+            f"(per group {', '.join(parts)})"
+        )
 
 
-def reached_minimum(final_values, groups=None, *, rtol: float = 1e-3, atol: float = 1e-6) -> MinimumFilter:
+def reached_minimum(
+    final_values, groups=None, *, rtol: float = 1e-3, atol: float = 1e-6
+) -> MinimumFilter:
     """Keep the runs whose final value is within ``atol + rtol·|best|`` of the best run of their group.
 
     ``final_values`` (e.g. the final action or loss) has shape ``(n_models,)``; ``groups`` labels
@@ -178,7 +246,9 @@ def reached_minimum(final_values, groups=None, *, rtol: float = 1e-3, atol: floa
     vals = np.asarray(final_values, dtype=float).reshape(-1)
     grp = np.zeros(len(vals)) if groups is None else np.asarray(groups).reshape(-1)
     if grp.shape != vals.shape:
-        raise ValueError(f"groups must have the shape of final_values {vals.shape}, got {grp.shape}")
+        raise ValueError(
+            f"groups must have the shape of final_values {vals.shape}, got {grp.shape}"
+        )
     check_positive(rtol, "rtol", allow_zero=True)
     check_positive(atol, "atol", allow_zero=True)
     labels, inv = np.unique(grp, return_inverse=True)

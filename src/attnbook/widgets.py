@@ -3,6 +3,7 @@
 Widgets need a live kernel; every chapter that shows one also draws a static figure of the
 same thing, so the HTML book reads well without one.
 """
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -22,12 +23,22 @@ def attention_explorer(tokens=None, *, n: int = 12, seed: int = 0):
     """
     import ipywidgets as W
 
-    x = example_tokens(n, 2, seed=seed) if tokens is None else torch.as_tensor(tokens, dtype=torch.float64)
+    x = (
+        example_tokens(n, 2, seed=seed)
+        if tokens is None
+        else torch.as_tensor(tokens, dtype=torch.float64)
+    )
     if x.dim() != 2 or x.shape[1] != 2:
         raise ValueError(f"tokens must have shape (n, 2), got {tuple(x.shape)}")
 
-    kind = W.Dropdown(options=[(KIND_LABELS[k], k) for k in KINDS], value="softmax", description="kind")
-    beta = W.FloatLogSlider(value=1.0, base=10, min=-1.5, max=1.3, step=0.05, description="β")
+    kind = W.Dropdown(
+        options=[(KIND_LABELS[k], k) for k in KINDS],
+        value="softmax",
+        description="kind",
+    )
+    beta = W.FloatLogSlider(
+        value=1.0, base=10, min=-1.5, max=1.3, step=0.05, description="β"
+    )
     causal = W.Checkbox(value=False, description="causal mask")
     out = W.Output()
 
@@ -35,11 +46,13 @@ def attention_explorer(tokens=None, *, n: int = 12, seed: int = 0):
         with out:
             out.clear_output(wait=True)
             if causal.value and kind.value == "sinkhorn":
-                print("Sinkhorn has no causal version (the only doubly stochastic lower-triangular "
-                      "matrix is the identity).")
+                print(
+                    "Sinkhorn has no causal version (the only doubly stochastic lower-triangular "
+                    "matrix is the identity)."
+                )
                 return
             b = beta.value
-            q = x * (b ** 0.5)
+            q = x * (b**0.5)
             P = attention_weights(q, q, kind=kind.value, causal=causal.value)
             fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(8, 3.4))
             ax0.scatter(*to_numpy(x).T, c=range(len(x)), cmap="coolwarm")

@@ -6,14 +6,47 @@
   derivation, exact evidence, order-parameter reduction, minimisers, critical sample sizes),
 * :mod:`~attnbook.copyhead.order` — the order parameters ``(c1, cG)`` and coverage.
 """
-from attnbook.copyhead.order import (circulant_coverage, coverage, order_parameters, pooling_matrix,
-                                     shift_matrix, template_matrix)
-from attnbook.copyhead.task import CopyStats, copy_statistics, copy_task, expected_statistics
-from attnbook.copyhead.model import (attention_matrix, forward, init_params, loss, prior_energy,
-                                     token_mse)
-from attnbook.copyhead import action
 
-__all__ = ["order_parameters", "coverage", "circulant_coverage", "shift_matrix", "pooling_matrix",
-           "template_matrix", "copy_task", "copy_statistics", "expected_statistics", "CopyStats",
-           "attention_matrix", "forward", "init_params", "loss", "token_mse", "prior_energy",
-           "action"]
+from attnbook.copyhead import action
+from attnbook.copyhead.model import (
+    attention_matrix,
+    forward,
+    init_params,
+    loss,
+    prior_energy,
+    token_mse,
+)
+from attnbook.copyhead.order import (
+    circulant_coverage,
+    coverage,
+    order_parameters,
+    pooling_matrix,
+    shift_matrix,
+    template_matrix,
+)
+from attnbook.copyhead.task import (
+    CopyStats,
+    copy_statistics,
+    copy_task,
+    expected_statistics,
+)
+
+__all__ = [
+    "order_parameters",
+    "coverage",
+    "circulant_coverage",
+    "shift_matrix",
+    "pooling_matrix",
+    "template_matrix",
+    "copy_task",
+    "copy_statistics",
+    "expected_statistics",
+    "CopyStats",
+    "attention_matrix",
+    "forward",
+    "init_params",
+    "loss",
+    "token_mse",
+    "prior_energy",
+    "action",
+]

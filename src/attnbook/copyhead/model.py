@@ -23,17 +23,31 @@ The loss is computed from the data's sufficient statistics (:func:`copy_statisti
 makes its cost independent of :math:`P`; :func:`forward` is the literal per-sequence version
 (used for teaching and to test the fast path).
 """
+
 from __future__ import annotations
 
 import torch
 
 from attnbook.copyhead.task import CopyStats
 from attnbook.device import resolve_generator
-from attnbook.validation import (as_tensor, check_choice, check_positive,
-                                 check_positive_int, check_square)
+from attnbook.validation import (
+    as_tensor,
+    check_choice,
+    check_positive,
+    check_positive_int,
+    check_square,
+)
 
-__all__ = ["ACTIVATIONS", "attention_matrix", "init_params", "forward", "data_terms", "loss",
-           "token_mse", "prior_energy"]
+__all__ = [
+    "ACTIVATIONS",
+    "attention_matrix",
+    "init_params",
+    "forward",
+    "data_terms",
+    "loss",
+    "token_mse",
+    "prior_energy",
+]
 
 ACTIVATIONS = ("linear", "softmax")
 
@@ -50,14 +64,25 @@ def attention_matrix(G, b=None, *, activation: str = "linear") -> torch.Tensor:
         return G / L
     b = as_tensor(b, "b", dtype=G.dtype, device=G.device)
     if b.shape != G.shape[:-2]:
-        raise ValueError(f"b must have the batch shape of G {tuple(G.shape[:-2])}, got {tuple(b.shape)}")
+        raise ValueError(
+            f"b must have the batch shape of G {tuple(G.shape[:-2])}, got {tuple(b.shape)}"
+        )
     return (G + b[..., None, None]) / L
 
 
-def init_params(n_models: int, seq_len: int, vocab_size: int, *, g_scale: float = 1.0,
-                w_scale: float = 1.0, b_scale: float = 0.0, seed: int | None = None,
-                generator: torch.Generator | None = None, dtype: torch.dtype | None = None,
-                device=None) -> dict:
+def init_params(
+    n_models: int,
+    seq_len: int,
+    vocab_size: int,
+    *,
+    g_scale: float = 1.0,
+    w_scale: float = 1.0,
+    b_scale: float = 0.0,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype | None = None,
+    device=None,
+) -> dict:
     """Gaussian initial weights for ``n_models`` networks: ``G ~ N(0, g_scale²)``,
     ``W ~ N(0, w_scale²)``, ``b ~ N(0, b_scale²)`` (scales 0 give zeros)."""
     n = check_positive_int(n_models, "n_models")
@@ -70,18 +95,25 @@ def init_params(n_models: int, seq_len: int, vocab_size: int, *, g_scale: float 
     G = g_scale * torch.randn(n, L, L, generator=gen, dtype=dt)
     W = w_scale * torch.randn(n, V, V, generator=gen, dtype=dt)
     b = b_scale * torch.randn(n, generator=gen, dtype=dt)
-    return {k: v.to(device) if device is not None else v for k, v in (("G", G), ("W", W), ("b", b))}
+    return {
+        k: v.to(device) if device is not None else v
+        for k, v in (("G", G), ("W", W), ("b", b))
+    }
 
 
 def _check_params(params: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if not isinstance(params, dict) or not {"G", "W"} <= set(params):
-        raise TypeError("params must be a dict with tensors 'G' (n, L, L) and 'W' (n, V, V) [and 'b' (n,)]")
+        raise TypeError(
+            "params must be a dict with tensors 'G' (n, L, L) and 'W' (n, V, V) [and 'b' (n,)]"
+        )
     G, W = params["G"], params["W"]
     check_square(G, "params['G']")
     check_square(W, "params['W']")
     if G.shape[:-2] != W.shape[:-2]:
-        raise ValueError(f"params['G'] and params['W'] must share the model dims, got "
-                         f"{tuple(G.shape)} and {tuple(W.shape)}")
+        raise ValueError(
+            f"params['G'] and params['W'] must share the model dims, got "
+            f"{tuple(G.shape)} and {tuple(W.shape)}"
+        )
     b = params.get("b")
     if b is None:
         b = torch.zeros(G.shape[:-2], dtype=G.dtype, device=G.device)
@@ -98,10 +130,12 @@ def forward(params: dict, X, *, activation: str = "linear") -> torch.Tensor:
     if X.dim() == 3:
         X = X.expand(G.shape[0], *X.shape)
     if X.dim() != 4 or X.shape[-1] != W.shape[-1] or X.shape[-2] != G.shape[-1]:
-        raise ValueError(f"X must be (P, L={G.shape[-1]}, V={W.shape[-1]}) or (n, P, L, V), got {tuple(X.shape)}")
+        raise ValueError(
+            f"X must be (P, L={G.shape[-1]}, V={W.shape[-1]}) or (n, P, L, V), got {tuple(X.shape)}"
+        )
     A = attention_matrix(G, b, activation=activation)
-    H = torch.einsum("nla,npai->npli", A, X)                   # attended features h_{μl}
-    return torch.einsum("nvi,npli->nplv", W, H)                 # readout f_{μl} = W h_{μl}
+    H = torch.einsum("nla,npai->npli", A, X)  # attended features h_{μl}
+    return torch.einsum("nvi,npli->nplv", W, H)  # readout f_{μl} = W h_{μl}
 
 
 def data_terms(A: torch.Tensor, stats: CopyStats) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,8 +150,10 @@ def data_terms(A: torch.Tensor, stats: CopyStats) -> tuple[torch.Tensor, torch.T
 def _sq_error(params: dict, stats: CopyStats, activation: str) -> torch.Tensor:
     G, W, b = _check_params(params)
     if stats.xx.shape[-3] != G.shape[-1] or stats.xx.shape[-1] != W.shape[-1]:
-        raise ValueError(f"stats are for L={stats.seq_len}, V={stats.vocab_size}; params have "
-                         f"L={G.shape[-1]}, V={W.shape[-1]}")
+        raise ValueError(
+            f"stats are for L={stats.seq_len}, V={stats.vocab_size}; params have "
+            f"L={G.shape[-1]}, V={W.shape[-1]}"
+        )
     A = attention_matrix(G, b, activation=activation)
     HH, HY = data_terms(A, stats)
     # Σ‖W h − y‖² = Tr(W HᵀH Wᵀ) − 2 Tr(W HᵀY) + Σ‖y‖²
@@ -126,25 +162,34 @@ def _sq_error(params: dict, stats: CopyStats, activation: str) -> torch.Tensor:
     return fit - 2 * cross + stats.yy
 
 
-def loss(params: dict, stats: CopyStats, *, activation: str = "linear", kappa: float = 1.0
-         ) -> torch.Tensor:
+def loss(
+    params: dict, stats: CopyStats, *, activation: str = "linear", kappa: float = 1.0
+) -> torch.Tensor:
     r"""Per-model loss :math:`\frac{1}{2\kappa L}\sum_{\mu,l}\|f_{\mu l}-y_{\mu l}\|^2`, shape ``(n,)``."""
     check_choice(activation, "activation", ACTIVATIONS)
     kappa = check_positive(kappa, "kappa")
     return _sq_error(params, stats, activation) / (2 * kappa * stats.seq_len)
 
 
-def token_mse(params: dict, stats: CopyStats, *, activation: str = "linear") -> torch.Tensor:
+def token_mse(
+    params: dict, stats: CopyStats, *, activation: str = "linear"
+) -> torch.Tensor:
     """Mean squared error per token, ``Σ‖f − y‖²/(P L)`` (1 for the zero network, 0 for a perfect copy)."""
     check_choice(activation, "activation", ACTIVATIONS)
     return _sq_error(params, stats, activation) / (stats.n_sequences * stats.seq_len)
 
 
-def prior_energy(params: dict, *, sigma_w: float = 1.0, sigma_g: float = 1.0, sigma_b: float = 1.0
-              ) -> torch.Tensor:
+def prior_energy(
+    params: dict, *, sigma_w: float = 1.0, sigma_g: float = 1.0, sigma_b: float = 1.0
+) -> torch.Tensor:
     """Negative log prior (up to a constant), ``‖W‖²/2σ_w² + ‖G‖²/2σ_g² + b²/2σ_b²`` per model."""
     G, W, b = _check_params(params)
-    sw, sg, sb = (check_positive(s, n) for s, n in ((sigma_w, "sigma_w"), (sigma_g, "sigma_g"),
-                                                    (sigma_b, "sigma_b")))
-    return ((W ** 2).sum((-1, -2)) / (2 * sw ** 2) + (G ** 2).sum((-1, -2)) / (2 * sg ** 2)
-            + b ** 2 / (2 * sb ** 2))
+    sw, sg, sb = (
+        check_positive(s, n)
+        for s, n in ((sigma_w, "sigma_w"), (sigma_g, "sigma_g"), (sigma_b, "sigma_b"))
+    )
+    return (
+        (W**2).sum((-1, -2)) / (2 * sw**2)
+        + (G**2).sum((-1, -2)) / (2 * sg**2)
+        + b**2 / (2 * sb**2)
+    )

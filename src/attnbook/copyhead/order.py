@@ -20,17 +20,31 @@ because :math:`\langle J/L, J/L\rangle = 1`, :math:`\langle J/L, S\rangle = 1`,
 :math:`\langle S, S\rangle = L` (Frobenius products). The *coverage* is the share of
 :math:`\|G\|_F^2` that the projection explains, :math:`\|c_1 J/L + c_G S\|_F^2/\|G\|_F^2`.
 """
+
 from __future__ import annotations
 
 import torch
 
-from attnbook.validation import as_tensor, check_finite, check_positive_int, check_square
+from attnbook.validation import (
+    as_tensor,
+    check_finite,
+    check_positive_int,
+    check_square,
+)
 
-__all__ = ["shift_matrix", "pooling_matrix", "order_parameters", "coverage",
-           "circulant_coverage", "template_matrix"]
+__all__ = [
+    "shift_matrix",
+    "pooling_matrix",
+    "order_parameters",
+    "coverage",
+    "circulant_coverage",
+    "template_matrix",
+]
 
 
-def shift_matrix(seq_len: int, *, dtype: torch.dtype | None = None, device=None) -> torch.Tensor:
+def shift_matrix(
+    seq_len: int, *, dtype: torch.dtype | None = None, device=None
+) -> torch.Tensor:
     """The periodic shift ``S`` with ``S[l, (l-1) % L] = 1``: row ``l`` attends to the previous token."""
     L = check_positive_int(seq_len, "seq_len", minimum=2)
     S = torch.zeros(L, L, dtype=dtype or torch.get_default_dtype(), device=device)
@@ -39,10 +53,14 @@ def shift_matrix(seq_len: int, *, dtype: torch.dtype | None = None, device=None)
     return S
 
 
-def pooling_matrix(seq_len: int, *, dtype: torch.dtype | None = None, device=None) -> torch.Tensor:
+def pooling_matrix(
+    seq_len: int, *, dtype: torch.dtype | None = None, device=None
+) -> torch.Tensor:
     """Uniform pooling ``J/L`` (every row is the uniform distribution over the L positions)."""
     L = check_positive_int(seq_len, "seq_len", minimum=2)
-    return torch.full((L, L), 1.0 / L, dtype=dtype or torch.get_default_dtype(), device=device)
+    return torch.full(
+        (L, L), 1.0 / L, dtype=dtype or torch.get_default_dtype(), device=device
+    )
 
 
 def template_matrix(c1, cG, seq_len: int) -> torch.Tensor:
@@ -56,9 +74,9 @@ def template_matrix(c1, cG, seq_len: int) -> torch.Tensor:
 
 def _projections(G: torch.Tensor):
     L = G.shape[-1]
-    r1 = G.sum((-1, -2)) / L                                   # <G, J/L>
+    r1 = G.sum((-1, -2)) / L  # <G, J/L>
     idx = torch.arange(L, device=G.device)
-    r2 = G[..., idx, (idx - 1) % L].sum(-1)                    # <G, S> = Tr(G S^T)
+    r2 = G[..., idx, (idx - 1) % L].sum(-1)  # <G, S> = Tr(G S^T)
     c1 = (L * r1 - r2) / (L - 1)
     cG = (r2 - r1) / (L - 1)
     return c1, cG, r1, r2
@@ -69,8 +87,10 @@ def _as_attention(G, name="G") -> torch.Tensor:
     check_square(G, name)
     check_finite(G, name)
     if G.shape[-1] < 2:
-        raise ValueError(f"{name} must be at least 2x2 (one template needs two positions), "
-                         f"got shape {tuple(G.shape)}")
+        raise ValueError(
+            f"{name} must be at least 2x2 (one template needs two positions), "
+            f"got shape {tuple(G.shape)}"
+        )
     return G
 
 
@@ -97,7 +117,9 @@ def coverage(G):
     total = (G * G).sum((-1, -2))
     explained = c1 * r1 + cG * r2
     safe = torch.where(total > 0, total, torch.ones_like(total))
-    return torch.where(total > 0, (explained / safe).clamp(0.0, 1.0), torch.ones_like(total))
+    return torch.where(
+        total > 0, (explained / safe).clamp(0.0, 1.0), torch.ones_like(total)
+    )
 
 
 def circulant_coverage(G):
@@ -111,10 +133,12 @@ def circulant_coverage(G):
     G = _as_attention(G)
     L = G.shape[-1]
     idx = torch.arange(L, device=G.device)
-    rows = idx[None, :].expand(L, L)                           # [k, l] -> l
-    cols = (idx[None, :] - idx[:, None]) % L                   # [k, l] -> (l - k) mod L
-    diag_means = G[..., rows, cols].mean(-1)                   # (..., L): one mean per diagonal k
+    rows = idx[None, :].expand(L, L)  # [k, l] -> l
+    cols = (idx[None, :] - idx[:, None]) % L  # [k, l] -> (l - k) mod L
+    diag_means = G[..., rows, cols].mean(-1)  # (..., L): one mean per diagonal k
     total = (G * G).sum((-1, -2))
-    explained = L * (diag_means ** 2).sum(-1)
+    explained = L * (diag_means**2).sum(-1)
     safe = torch.where(total > 0, total, torch.ones_like(total))
-    return torch.where(total > 0, (explained / safe).clamp(0.0, 1.0), torch.ones_like(total))
+    return torch.where(
+        total > 0, (explained / safe).clamp(0.0, 1.0), torch.ones_like(total)
+    )

@@ -17,6 +17,7 @@ so that for features :math:`h_{\mu l} = \sum_a A_{la} x_{\mu a}` one has
 :math:`H^\top H = \sum_{l,a,b} A_{la}A_{lb} C_{ab}` and :math:`H^\top Y = \sum_{l,a} A_{la} D_{al}`.
 Training and sampling then cost nothing per sequence: :math:`P` only enters through the counts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,9 +30,17 @@ from attnbook.validation import as_tensor, check_finite, check_ndim, check_posit
 __all__ = ["copy_task", "CopyStats", "copy_statistics", "expected_statistics"]
 
 
-def copy_task(n_sequences: int, seq_len: int, vocab_size: int, *, batch_shape=(),
-              seed: int | None = None, generator: torch.Generator | None = None,
-              dtype: torch.dtype | None = None, device=None):
+def copy_task(
+    n_sequences: int,
+    seq_len: int,
+    vocab_size: int,
+    *,
+    batch_shape=(),
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype | None = None,
+    device=None,
+):
     """Draw ``n_sequences`` copy-task sequences (batched over ``batch_shape``).
 
     Returns ``(X, Y)``, each of shape ``(*batch_shape, n_sequences, seq_len, vocab_size)``,
@@ -49,7 +58,7 @@ def copy_task(n_sequences: int, seq_len: int, vocab_size: int, *, batch_shape=()
     X = torch.nn.functional.one_hot(tokens, V).to(dtype or torch.get_default_dtype())
     if device is not None:
         X = X.to(device)
-    Y = torch.roll(X, shifts=1, dims=-2)                      # Y[l] = X[l-1], periodic
+    Y = torch.roll(X, shifts=1, dims=-2)  # Y[l] = X[l-1], periodic
     return X, Y
 
 
@@ -74,7 +83,7 @@ class CopyStats:
     def vocab_size(self) -> int:
         return self.xx.shape[-1]
 
-    def to(self, device=None, dtype=None) -> "CopyStats":
+    def to(self, device=None, dtype=None) -> CopyStats:
         f = lambda t: t.to(device=device or t.device, dtype=dtype or t.dtype)  # noqa: E731
         return CopyStats(f(self.xx), f(self.xy), f(self.yy), f(self.n_sequences))
 
@@ -94,7 +103,9 @@ def copy_statistics(X, Y=None) -> CopyStats:
     else:
         Y = as_tensor(Y, "Y", dtype=X.dtype, device=X.device)
         if Y.shape != X.shape:
-            raise ValueError(f"Y must have the shape of X {tuple(X.shape)}, got {tuple(Y.shape)}")
+            raise ValueError(
+                f"Y must have the shape of X {tuple(X.shape)}, got {tuple(Y.shape)}"
+            )
         check_finite(Y, "Y")
     xx = torch.einsum("...pai,...pbj->...abij", X, X)
     xy = torch.einsum("...pai,...plj->...alij", X, Y)
@@ -103,8 +114,9 @@ def copy_statistics(X, Y=None) -> CopyStats:
     return CopyStats(xx, xy, yy, P)
 
 
-def expected_statistics(n_sequences, seq_len: int, vocab_size: int, *, dtype=None, device=None
-                        ) -> CopyStats:
+def expected_statistics(
+    n_sequences, seq_len: int, vocab_size: int, *, dtype=None, device=None
+) -> CopyStats:
     r"""The statistics' expectations, :math:`E[C_{ab}] = P(\delta_{ab} I/V + (1-\delta_{ab}) J/V^2)`.
 
     These are what the effective action of :mod:`attnbook.copyhead.action` replaces the sampled
@@ -120,10 +132,10 @@ def expected_statistics(n_sequences, seq_len: int, vocab_size: int, *, dtype=Non
     I = torch.eye(V, dtype=dt, device=dev)
     Jv = torch.full((V, V), 1.0 / V**2, dtype=dt, device=dev)
     eyeL = torch.eye(L, dtype=dt, device=dev)[:, :, None, None]
-    pair = eyeL * (I / V) + (1 - eyeL) * Jv                     # E[x_a x_b^T]
+    pair = eyeL * (I / V) + (1 - eyeL) * Jv  # E[x_a x_b^T]
     S = torch.zeros(L, L, dtype=dt, device=dev)
     idx = torch.arange(L, device=dev)
-    S[(idx - 1) % L, idx] = 1.0                                 # a = l - 1  <=> y_l = x_a
+    S[(idx - 1) % L, idx] = 1.0  # a = l - 1  <=> y_l = x_a
     cross = S[:, :, None, None] * (I / V) + (1 - S[:, :, None, None]) * Jv
     Pb = P[..., None, None, None, None]
     return CopyStats(Pb * pair, Pb * cross, P * L, P.clone())

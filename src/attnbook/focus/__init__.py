@@ -11,20 +11,71 @@ The four-stage story is from Chen, Lin, Xu and Luo, *Focus and Dilution: The Mul
 Learning Process of Attention* (arXiv 2605.01199, ICML 2026); the formulas here are our
 reconstruction for the model stated in :mod:`~attnbook.focus.population`.
 """
-from .metrics import (attention_distributions, attention_entropy, embedding_pca, growth_rate_fit,
-                      stage_times, trajectory_metrics)
-from .model import (MarkovWindows, OneLayerTransformer, TextWindows, TrainResult, finite_forward,
-                    finite_loss, train)
-from .population import (FlowDiverged, FlowResult, Params, attention_mixture, gradient_descent,
-                         init_params, population_flow, population_gradient, population_hessian,
-                         population_loss, time_grid)
-from .theory import (attention_growth_rate, condensation_directions, condensation_rate,
-                     saddle_point)
 
-__all__ = ["time_grid", "population_loss", "population_gradient", "population_hessian", "population_flow",
-           "gradient_descent", "attention_mixture", "init_params", "Params", "FlowResult",
-           "FlowDiverged", "condensation_directions", "condensation_rate", "attention_growth_rate",
-           "saddle_point", "OneLayerTransformer", "MarkovWindows", "TextWindows", "train",
-           "TrainResult", "finite_forward", "finite_loss", "trajectory_metrics",
-           "attention_distributions", "attention_entropy", "embedding_pca", "growth_rate_fit",
-           "stage_times"]
+from .metrics import (
+    attention_distributions,
+    attention_entropy,
+    embedding_pca,
+    growth_rate_fit,
+    stage_times,
+    trajectory_metrics,
+)
+from .model import (
+    MarkovWindows,
+    OneLayerTransformer,
+    TextWindows,
+    TrainResult,
+    finite_forward,
+    finite_loss,
+    train,
+)
+from .population import (
+    FlowDiverged,
+    FlowResult,
+    Params,
+    attention_mixture,
+    gradient_descent,
+    init_params,
+    population_flow,
+    population_gradient,
+    population_hessian,
+    population_loss,
+    time_grid,
+)
+from .theory import (
+    attention_growth_rate,
+    condensation_directions,
+    condensation_rate,
+    saddle_point,
+)
+
+__all__ = [
+    "time_grid",
+    "population_loss",
+    "population_gradient",
+    "population_hessian",
+    "population_flow",
+    "gradient_descent",
+    "attention_mixture",
+    "init_params",
+    "Params",
+    "FlowResult",
+    "FlowDiverged",
+    "condensation_directions",
+    "condensation_rate",
+    "attention_growth_rate",
+    "saddle_point",
+    "OneLayerTransformer",
+    "MarkovWindows",
+    "TextWindows",
+    "train",
+    "TrainResult",
+    "finite_forward",
+    "finite_loss",
+    "trajectory_metrics",
+    "attention_distributions",
+    "attention_entropy",
+    "embedding_pca",
+    "growth_rate_fit",
+    "stage_times",
+]

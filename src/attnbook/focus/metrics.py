@@ -15,6 +15,7 @@ arrays of the same leading shape, so one call summarises a whole batched run.
   :math:`W_1`'s top right singular vector with :math:`b = \pi - \frac1d\mathbf 1` and with
   :math:`\tilde\ell = \log\pi - \overline{\log\pi}` (absolute values: singular vectors have no sign).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,9 +24,18 @@ import torch
 from ..markov import as_probability_vector
 from ..validation import as_tensor
 
-__all__ = ["attention_mass_by_type", "singular_values", "stable_rank", "attention_distributions",
-           "attention_entropy",
-           "attention_kl", "trajectory_metrics", "embedding_pca", "stage_times", "growth_rate_fit"]
+__all__ = [
+    "attention_mass_by_type",
+    "singular_values",
+    "stable_rank",
+    "attention_distributions",
+    "attention_entropy",
+    "attention_kl",
+    "trajectory_metrics",
+    "embedding_pca",
+    "stage_times",
+    "growth_rate_fit",
+]
 
 
 def _np(x, name):
@@ -41,7 +51,7 @@ def singular_values(A) -> np.ndarray:
 def stable_rank(A) -> np.ndarray:
     r"""Stable rank :math:`\|A\|_F^2/\|A\|_2^2` (1 for a rank-one matrix), batched."""
     s = singular_values(A)
-    return (s ** 2).sum(-1) / np.maximum(s[..., 0] ** 2, 1e-300)
+    return (s**2).sum(-1) / np.maximum(s[..., 0] ** 2, 1e-300)
 
 
 def attention_distributions(W0, WQ, WK, pi, masked_keys=None) -> np.ndarray:
@@ -70,7 +80,9 @@ def attention_kl(w, pi) -> np.ndarray:
     w = _np(w, "w")
     p = _np(pi, "pi")
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(w > 0, w * (np.log(np.where(w > 0, w, 1.0)) - np.log(p)), 0.0).sum(-1)
+        return np.where(
+            w > 0, w * (np.log(np.where(w > 0, w, 1.0)) - np.log(p)), 0.0
+        ).sum(-1)
 
 
 def attention_mass_by_type(attention, context, d: int) -> np.ndarray:
@@ -84,8 +96,10 @@ def attention_mass_by_type(attention, context, d: int) -> np.ndarray:
     a = as_tensor(attention, "attention").detach().cpu().to(torch.float64)
     c = torch.as_tensor(context).detach().cpu().long()
     if a.shape[-1] != c.shape[-1]:
-        raise ValueError(f"attention and context must share their last dimension, got "
-                         f"{tuple(a.shape)} and {tuple(c.shape)}")
+        raise ValueError(
+            f"attention and context must share their last dimension, got "
+            f"{tuple(a.shape)} and {tuple(c.shape)}"
+        )
     if c.numel() and (int(c.min()) < 0 or int(c.max()) >= d):
         raise ValueError(f"context ids must lie in [0, {d})")
     c = c.expand(a.shape)
@@ -94,10 +108,14 @@ def attention_mass_by_type(attention, context, d: int) -> np.ndarray:
 
 
 def _cos(u, v):
-    return np.abs((u * v).sum(-1)) / np.maximum(np.linalg.norm(u, axis=-1) * np.linalg.norm(v, axis=-1), 1e-300)
+    return np.abs((u * v).sum(-1)) / np.maximum(
+        np.linalg.norm(u, axis=-1) * np.linalg.norm(v, axis=-1), 1e-300
+    )
 
 
-def trajectory_metrics(W0, W1, WQ, WK, pi, *, masked_keys=None) -> dict[str, np.ndarray]:
+def trajectory_metrics(
+    W0, W1, WQ, WK, pi, *, masked_keys=None
+) -> dict[str, np.ndarray]:
     """Every per-time summary used by the Part I chapters, for arrays with leading dims (T, ...).
 
     Keys: ``sv_W0``, ``sv_W1``, ``sv_M``, ``sv_Phi`` (singular values), ``stable_rank_W0``,
@@ -108,7 +126,9 @@ def trajectory_metrics(W0, W1, WQ, WK, pi, *, masked_keys=None) -> dict[str, np.
     token), ``cos_top_vs_rest`` (mean cosine between the most frequent token's embedding and
     the others').
     """
-    W0n, W1n, WQn, WKn = (_np(x, n) for x, n in ((W0, "W0"), (W1, "W1"), (WQ, "WQ"), (WK, "WK")))
+    W0n, W1n, WQn, WKn = (
+        _np(x, n) for x, n in ((W0, "W0"), (W1, "W1"), (WQ, "WQ"), (WK, "WK"))
+    )
     p = as_probability_vector(pi, "pi").numpy()
     d = p.shape[-1]
     M = W0n @ W1n
@@ -124,18 +144,32 @@ def trajectory_metrics(W0, W1, WQ, WK, pi, *, masked_keys=None) -> dict[str, np.
     rest = [k for k in range(d) if k != top]
     emb = W0n
     e_top = emb[..., top, :]
-    cos_rest = np.stack([(e_top * emb[..., k, :]).sum(-1)
-                         / np.maximum(np.linalg.norm(e_top, axis=-1)
-                                      * np.linalg.norm(emb[..., k, :], axis=-1), 1e-300)
-                         for k in rest], -1).mean(-1)
+    cos_rest = np.stack(
+        [
+            (e_top * emb[..., k, :]).sum(-1)
+            / np.maximum(
+                np.linalg.norm(e_top, axis=-1)
+                * np.linalg.norm(emb[..., k, :], axis=-1),
+                1e-300,
+            )
+            for k in rest
+        ],
+        -1,
+    ).mean(-1)
     return {
-        "sv_W0": s0, "sv_W1": s1, "sv_M": np.linalg.svd(M, compute_uv=False),
+        "sv_W0": s0,
+        "sv_W1": s1,
+        "sv_M": np.linalg.svd(M, compute_uv=False),
         "sv_Phi": np.linalg.svd(Phi, compute_uv=False),
-        "stable_rank_W0": (s0 ** 2).sum(-1) / np.maximum(s0[..., 0] ** 2, 1e-300),
+        "stable_rank_W0": (s0**2).sum(-1) / np.maximum(s0[..., 0] ** 2, 1e-300),
         "phi_norm": np.linalg.norm(Phi, axis=(-2, -1)),
-        "attention": w, "entropy_per_query": H, "entropy_uniform": H.mean(-1),
-        "entropy_pi": (H * p).sum(-1), "kl_per_query": attention_kl(w, p),
-        "cos_W0_pi": _cos(U0[..., :, 0], p), "cos_W1_b": _cos(V1[..., 0, :], b),
+        "attention": w,
+        "entropy_per_query": H,
+        "entropy_uniform": H.mean(-1),
+        "entropy_pi": (H * p).sum(-1),
+        "kl_per_query": attention_kl(w, p),
+        "cos_W0_pi": _cos(U0[..., :, 0], p),
+        "cos_W1_b": _cos(V1[..., 0, :], b),
         "cos_W1_ell": _cos(V1[..., 0, :], ell),
         "top_self_attention": w[..., top, top],
         "top_token_mass_rare": w[..., rest, top].mean(-1),
@@ -155,17 +189,28 @@ def embedding_pca(W0_traj, n_components: int = 3) -> dict[str, np.ndarray]:
         raise ValueError(f"W0_traj must have shape (T, d, m), got {X.shape}")
     T, d, m = X.shape
     if not isinstance(n_components, int) or not 1 <= n_components <= m:
-        raise ValueError(f"n_components must be an integer in [1, {m}], got {n_components!r}")
+        raise ValueError(
+            f"n_components must be an integer in [1, {m}], got {n_components!r}"
+        )
     flat = X.reshape(T * d, m)
     _, s, Vt = np.linalg.svd(flat, full_matrices=False)
     comps = Vt[:n_components]
-    return {"coords": (flat @ comps.T).reshape(T, d, n_components), "components": comps,
-            "explained": (s[:n_components] ** 2) / max((s ** 2).sum(), 1e-300)}
+    return {
+        "coords": (flat @ comps.T).reshape(T, d, n_components),
+        "components": comps,
+        "explained": (s[:n_components] ** 2) / max((s**2).sum(), 1e-300),
+    }
 
 
-def growth_rate_fit(t, y, *, t_min: float | None = None, t_max: float | None = None,
-                    lower: float | None = None, upper: float | None = None
-                    ) -> tuple[float, tuple[float, float]]:
+def growth_rate_fit(
+    t,
+    y,
+    *,
+    t_min: float | None = None,
+    t_max: float | None = None,
+    lower: float | None = None,
+    upper: float | None = None,
+) -> tuple[float, tuple[float, float]]:
     r"""Least-squares slope of :math:`\log y` against ``t``: the measured exponential growth rate.
 
     The fit uses the first contiguous run of points with ``t_min <= t <= t_max`` and
@@ -193,15 +238,24 @@ def growth_rate_fit(t, y, *, t_min: float | None = None, t_max: float | None = N
         run_end += 1
     sel = slice(idx[0], run_end + 1)
     if run_end - idx[0] + 1 < 3:
-        raise ValueError("the growth window has fewer than 3 contiguous points; record more densely")
+        raise ValueError(
+            "the growth window has fewer than 3 contiguous points; record more densely"
+        )
     if np.any(y[sel] <= 0):
         raise ValueError("y must be positive in the growth window")
     slope = np.polyfit(t[sel], np.log(y[sel]), 1)[0]
     return float(slope), (float(t[idx[0]]), float(t[run_end]))
 
 
-def stage_times(t, loss, metrics: dict, pi, *, phi_threshold: float = 0.05,
-                sv2_threshold: float = 0.1) -> dict[str, float]:
+def stage_times(
+    t,
+    loss,
+    metrics: dict,
+    pi,
+    *,
+    phi_threshold: float = 0.05,
+    sv2_threshold: float = 0.1,
+) -> dict[str, float]:
     r"""Boundaries of the four stages of one run (criteria of the Part I brief).
 
     * I: the loss covers 5% → 99% of its drop from :math:`L_0` to the unigram entropy :math:`H(\pi)`.
@@ -218,7 +272,9 @@ def stage_times(t, loss, metrics: dict, pi, *, phi_threshold: float = 0.05,
     loss = np.asarray(loss, float)
     p = _np(pi, "pi")
     Hpi = float(-(p * np.log(p)).sum())
-    out = dict.fromkeys(["I_start", "I_end", "II_start", "II_end", "III_end", "IV_escape"], float("nan"))
+    out = dict.fromkeys(
+        ["I_start", "I_end", "II_start", "II_end", "III_end", "IV_escape"], float("nan")
+    )
     drop = loss[0] - Hpi
     frac = (loss[0] - loss) / drop if drop > 0 else np.zeros_like(loss)
     for key, lvl in (("I_start", 0.05), ("I_end", 0.99)):

@@ -17,6 +17,7 @@ An **ensemble** of ``n_models`` independent models (one per seed) lives in one m
 weight has a leading model dimension and one batched forward/backward trains all of them
 (their losses are summed, so their gradients do not mix). Runs on the GPU when one is present.
 """
+
 from __future__ import annotations
 
 import time
@@ -28,13 +29,21 @@ import torch
 
 from ..device import default_device, make_generator
 from ..markov import as_stochastic_matrix, sample_sequences, stationary
-from ..validation import check_choice, check_positive, check_positive_int
 from ..results import load_fields, save_fields
+from ..validation import check_choice, check_positive, check_positive_int
 from .population import Params, check_params, init_params
 
-__all__ = ["finite_forward", "finite_loss", "markov_context_loss", "OneLayerTransformer",
-           "MarkovWindows", "TextWindows",
-           "train", "TrainResult", "TrainingDiverged"]
+__all__ = [
+    "finite_forward",
+    "finite_loss",
+    "markov_context_loss",
+    "OneLayerTransformer",
+    "MarkovWindows",
+    "TextWindows",
+    "train",
+    "TrainResult",
+    "TrainingDiverged",
+]
 
 
 class TrainingDiverged(RuntimeError):
@@ -47,10 +56,14 @@ def _tokens(tokens, name="tokens", d=None):
         raise TypeError(f"{name} must be integer token ids, got dtype {t.dtype}")
     t = t.long()
     if t.dim() < 2:
-        raise ValueError(f"{name} must have shape (batch, length) or (n_models, batch, length), "
-                         f"got {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must have shape (batch, length) or (n_models, batch, length), "
+            f"got {tuple(t.shape)}"
+        )
     if d is not None and t.numel() and (int(t.min()) < 0 or int(t.max()) >= d):
-        raise ValueError(f"{name} must lie in [0, {d}), found [{int(t.min())}, {int(t.max())}]")
+        raise ValueError(
+            f"{name} must lie in [0, {d}), found [{int(t.min())}, {int(t.max())}]"
+        )
     return t
 
 
@@ -74,11 +87,13 @@ def finite_forward(params: Params, context, *, masked_keys=None):
     if x.dim() == 2:
         x = x.unsqueeze(0).expand(E, *x.shape)
     if x.dim() != 3 or x.shape[0] != E:
-        raise ValueError(f"context must have shape (B, s) or ({E}, B, s), got {tuple(x.shape)}")
+        raise ValueError(
+            f"context must have shape (B, s) or ({E}, B, s), got {tuple(x.shape)}"
+        )
     e_idx = torch.arange(E, device=x.device)[:, None, None]
-    emb = p.W0[e_idx, x]                                          # (E, B, s, m)
+    emb = p.W0[e_idx, x]  # (E, B, s, m)
     u = torch.einsum("ebm,emn,ekn->ebk", emb[:, :, -1], p.WQ, p.WK)  # W_K W_Q^T e_s
-    scores = torch.einsum("ebsm,ebm->ebs", emb, u)                # e_s^T W_Q W_K^T e_j
+    scores = torch.einsum("ebsm,ebm->ebs", emb, u)  # e_s^T W_Q W_K^T e_j
     if masked_keys is not None:
         mk = torch.as_tensor(masked_keys, device=x.device)
         if mk.dtype != torch.bool or mk.shape != (d,):
@@ -86,7 +101,7 @@ def finite_forward(params: Params, context, *, masked_keys=None):
         scores = scores.masked_fill(mk[x], float("-inf"))
     attn = torch.softmax(scores, dim=-1)
     if masked_keys is not None:
-        attn = torch.nan_to_num(attn, nan=0.0)                    # all keys masked -> no output
+        attn = torch.nan_to_num(attn, nan=0.0)  # all keys masked -> no output
     h = torch.einsum("ebs,ebsm->ebm", attn, emb)
     logits = torch.einsum("ebm,emd->ebd", h, p.W1)
     if single:
@@ -108,7 +123,9 @@ def finite_loss(params: Params, windows, *, masked_keys=None) -> torch.Tensor:
     return -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).mean(-1)
 
 
-def markov_context_loss(params: Params, contexts, P, *, masked_keys=None) -> torch.Tensor:
+def markov_context_loss(
+    params: Params, contexts, P, *, masked_keys=None
+) -> torch.Tensor:
     r"""Finite-context loss on Markov data, with two exact averages to cut the sampling noise.
 
     For sampled contexts ``(…, N, s)`` the next token is averaged out exactly,
@@ -130,13 +147,15 @@ def markov_context_loss(params: Params, contexts, P, *, masked_keys=None) -> tor
     q = x[..., -1].to(logits.device)
     if q.dim() < logits.dim() - 1:
         q = q.expand(logits.shape[:-1])
-    ce = -(Pt[q] * torch.log_softmax(logits, dim=-1)).sum(-1)          # (…, N)
-    onehot = torch.nn.functional.one_hot(q, d).to(ce.dtype)           # (…, N, d)
+    ce = -(Pt[q] * torch.log_softmax(logits, dim=-1)).sum(-1)  # (…, N)
+    onehot = torch.nn.functional.one_hot(q, d).to(ce.dtype)  # (…, N, d)
     counts = onehot.sum(-2)
     if bool((counts == 0).any()):
-        raise ValueError("some token type never occurs as the last token of a context: "
-                         "sample more contexts")
-    per_query = (onehot * ce[..., None]).sum(-2) / counts              # (…, d)
+        raise ValueError(
+            "some token type never occurs as the last token of a context: "
+            "sample more contexts"
+        )
+    per_query = (onehot * ce[..., None]).sum(-2) / counts  # (…, d)
     return (per_query * pi).sum(-1)
 
 
@@ -147,39 +166,72 @@ class OneLayerTransformer(torch.nn.Module):
     logits ``(n_models, B, d)``. ``params()`` gives detached copies as :class:`Params`.
     """
 
-    def __init__(self, d: int, m: int, *, n_models: int = 1, eps: float = 1e-3, seed: int = 0,
-                 dtype=torch.float32, device=None, masked_keys=None):
+    def __init__(
+        self,
+        d: int,
+        m: int,
+        *,
+        n_models: int = 1,
+        eps: float = 1e-3,
+        seed: int = 0,
+        dtype=torch.float32,
+        device=None,
+        masked_keys=None,
+    ):
         super().__init__()
         dev = default_device(device)
-        p = init_params(d, m, eps, n_models=n_models, seed=seed, dtype=torch.float64, device="cpu")
-        self.W0, self.W1, self.WQ, self.WK = (torch.nn.Parameter(x.to(dev, dtype)) for x in p)
+        p = init_params(
+            d, m, eps, n_models=n_models, seed=seed, dtype=torch.float64, device="cpu"
+        )
+        self.W0, self.W1, self.WQ, self.WK = (
+            torch.nn.Parameter(x.to(dev, dtype)) for x in p
+        )
         self.d, self.m, self.n_models = d, m, n_models
         mk = None
         if masked_keys is not None:
             mk = torch.as_tensor(masked_keys)
             if mk.dtype != torch.bool or mk.shape != (d,):
-                raise ValueError(f"masked_keys must be a boolean vector of shape ({d},)")
+                raise ValueError(
+                    f"masked_keys must be a boolean vector of shape ({d},)"
+                )
             mk = mk.to(dev)
         self.masked_keys = mk
 
     def params(self) -> Params:
-        return Params(*(x.detach().clone() for x in (self.W0, self.W1, self.WQ, self.WK)))
+        return Params(
+            *(x.detach().clone() for x in (self.W0, self.W1, self.WQ, self.WK))
+        )
 
     def forward(self, context):
-        return finite_forward(Params(self.W0, self.W1, self.WQ, self.WK), context,
-                              masked_keys=self.masked_keys)
+        return finite_forward(
+            Params(self.W0, self.W1, self.WQ, self.WK),
+            context,
+            masked_keys=self.masked_keys,
+        )
 
     def loss(self, windows) -> torch.Tensor:
         """Per-model mean cross-entropy on ``windows`` (…, B, s+1)."""
-        return finite_loss(Params(self.W0, self.W1, self.WQ, self.WK), windows,
-                           masked_keys=self.masked_keys)
+        return finite_loss(
+            Params(self.W0, self.W1, self.WQ, self.WK),
+            windows,
+            masked_keys=self.masked_keys,
+        )
 
 
 class MarkovWindows:
     """Fresh Markov windows each step: ``(n_models, batch, context+1)``, each model its own
     stream, drawn from one seeded generator (stationary start, so each window is stationary)."""
 
-    def __init__(self, P, *, batch: int, context: int, n_models: int = 1, seed: int = 0, device=None):
+    def __init__(
+        self,
+        P,
+        *,
+        batch: int,
+        context: int,
+        n_models: int = 1,
+        seed: int = 0,
+        device=None,
+    ):
         self.P = as_stochastic_matrix(P, "P")
         self.batch = check_positive_int(batch, "batch")
         self.context = check_positive_int(context, "context")
@@ -189,20 +241,33 @@ class MarkovWindows:
         self.gen = make_generator(seed, self.device)
 
     def __call__(self, step: int) -> torch.Tensor:
-        x = sample_sequences(self.P, self.n_models * self.batch, self.context + 1, generator=self.gen)
+        x = sample_sequences(
+            self.P, self.n_models * self.batch, self.context + 1, generator=self.gen
+        )
         return x.reshape(self.n_models, self.batch, self.context + 1)
 
 
 class TextWindows:
     """Random windows of ``context+1`` consecutive ids of a token stream, ``(n_models, batch, context+1)``."""
 
-    def __init__(self, ids, *, batch: int, context: int, n_models: int = 1, seed: int = 0, device=None):
+    def __init__(
+        self,
+        ids,
+        *,
+        batch: int,
+        context: int,
+        n_models: int = 1,
+        seed: int = 0,
+        device=None,
+    ):
         t = _tokens(torch.as_tensor(ids).reshape(1, -1), "ids")[0]
         self.batch = check_positive_int(batch, "batch")
         self.context = check_positive_int(context, "context")
         self.n_models = check_positive_int(n_models, "n_models")
         if t.numel() < context + 2:
-            raise ValueError(f"ids must hold more than context+1 = {context + 1} tokens")
+            raise ValueError(
+                f"ids must hold more than context+1 = {context + 1} tokens"
+            )
         self.device = default_device(device)
         self.ids = t.to(self.device)
         self.gen = make_generator(seed, self.device)
@@ -210,7 +275,9 @@ class TextWindows:
 
     def __call__(self, step: int) -> torch.Tensor:
         n = self.ids.numel() - self.context - 1
-        start = torch.randint(0, n, (self.n_models, self.batch, 1), generator=self.gen, device=self.device)
+        start = torch.randint(
+            0, n, (self.n_models, self.batch, 1), generator=self.gen, device=self.device
+        )
         return self.ids[start + self.offsets]
 
 
@@ -237,15 +304,24 @@ class TrainResult:
         return save_fields(self, path)
 
     @classmethod
-    def load(cls, path) -> "TrainResult":
+    def load(cls, path) -> TrainResult:
         kw, info = load_fields(cls, path)
         kw["lr"] = float(kw["lr"])
         kw["wall_s"] = float(kw.get("wall_s", 0.0))
         return cls(info=info, **kw)
 
 
-def train(model: OneLayerTransformer, sampler, *, steps: int, lr: float, optimizer: str = "sgd",
-          record_every: int = 10, record_steps=None, progress: bool = True) -> TrainResult:
+def train(
+    model: OneLayerTransformer,
+    sampler,
+    *,
+    steps: int,
+    lr: float,
+    optimizer: str = "sgd",
+    record_every: int = 10,
+    record_steps=None,
+    progress: bool = True,
+) -> TrainResult:
     r"""Train every model of the ensemble at once on batches from ``sampler(step)``.
 
     ``optimizer`` is ``"sgd"`` (plain, the Euler scheme of the gradient flow, flow time
@@ -265,13 +341,16 @@ def train(model: OneLayerTransformer, sampler, *, steps: int, lr: float, optimiz
         record = {int(s) for s in np.asarray(record_steps).ravel()}
         if min(record) < 0 or max(record) > steps:
             raise ValueError(f"record_steps must lie in [0, {steps}]")
-    opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(model.parameters(), lr=lr)
+    opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(
+        model.parameters(), lr=lr
+    )
     rec_step, rec_loss, rec_w = [], [], []
     running = torch.zeros(model.n_models, dtype=torch.float64, device=model.W0.device)
     n_run = 0
     it = range(steps + 1)
     if progress:
         from tqdm.auto import tqdm
+
         it = tqdm(it, desc=f"training {model.n_models} model(s)", leave=False)
     t0 = time.perf_counter()
     for k in it:
@@ -281,10 +360,14 @@ def train(model: OneLayerTransformer, sampler, *, steps: int, lr: float, optimiz
         n_run += 1
         if k in record:
             if not bool(torch.isfinite(running).all()):
-                raise TrainingDiverged(f"training loss became non-finite by step {k} (lr = {lr})")
+                raise TrainingDiverged(
+                    f"training loss became non-finite by step {k} (lr = {lr})"
+                )
             rec_step.append(k)
             rec_loss.append((running / n_run).cpu().numpy())
-            rec_w.append([x.detach().cpu().double().numpy().copy() for x in model.params()])
+            rec_w.append(
+                [x.detach().cpu().double().numpy().copy() for x in model.params()]
+            )
             running.zero_()
             n_run = 0
         if k < steps:
@@ -296,5 +379,14 @@ def train(model: OneLayerTransformer, sampler, *, steps: int, lr: float, optimiz
     info = {"optimizer": optimizer, "device": str(model.W0.device)}
     if model.masked_keys is not None:
         info["masked_keys"] = model.masked_keys.cpu().numpy()
-    return TrainResult(step=np.array(rec_step), loss=np.stack(rec_loss), W0=W[0], W1=W[1], WQ=W[2],
-                       WK=W[3], lr=lr, wall_s=wall, info=info)
+    return TrainResult(
+        step=np.array(rec_step),
+        loss=np.stack(rec_loss),
+        W0=W[0],
+        W1=W[1],
+        WQ=W[2],
+        WK=W[3],
+        lr=lr,
+        wall_s=wall,
+        info=info,
+    )

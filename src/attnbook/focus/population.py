@@ -33,6 +33,7 @@ with :math:`W_{QK} = W_Q W_K^\top`. Everything here is batched over leading dime
 ensemble of parameter sets shares one call) and is plain torch, so autograd checks the closed
 form (``tests/test_focus_population.py``).
 """
+
 from __future__ import annotations
 
 import time
@@ -45,13 +46,32 @@ import torch
 
 from ..device import resolve_generator
 from ..markov import as_stochastic_matrix, stationary
-from ..validation import (as_tensor, check_finite, check_ndim, check_positive, check_positive_int,
-                          check_choice)
 from ..results import load_fields, save_fields
+from ..validation import (
+    as_tensor,
+    check_choice,
+    check_finite,
+    check_ndim,
+    check_positive,
+    check_positive_int,
+)
 
-__all__ = ["time_grid", "Params", "init_params", "check_params", "attention_mixture", "population_loss",
-           "population_gradient", "population_hessian", "pack", "unpack", "population_flow",
-           "FlowResult", "gradient_descent", "FlowDiverged"]
+__all__ = [
+    "time_grid",
+    "Params",
+    "init_params",
+    "check_params",
+    "attention_mixture",
+    "population_loss",
+    "population_gradient",
+    "population_hessian",
+    "pack",
+    "unpack",
+    "population_flow",
+    "FlowResult",
+    "gradient_descent",
+    "FlowDiverged",
+]
 
 
 class FlowDiverged(RuntimeError):
@@ -78,17 +98,29 @@ def check_params(W0, W1, WQ, WK, *, dtype=None) -> Params:
         check_ndim(t, name, 2, at_least=True)
     d, m = W0.shape[-2:]
     if W1.shape[-2:] != (m, d):
-        raise ValueError(f"W1 must have shape (..., m, d) = (..., {m}, {d}) to match W0 "
-                         f"{tuple(W0.shape)}, got {tuple(W1.shape)}")
+        raise ValueError(
+            f"W1 must have shape (..., m, d) = (..., {m}, {d}) to match W0 "
+            f"{tuple(W0.shape)}, got {tuple(W1.shape)}"
+        )
     for t, name in ((WQ, "WQ"), (WK, "WK")):
         if t.shape[-2:] != (m, m):
-            raise ValueError(f"{name} must have shape (..., m, m) = (..., {m}, {m}), got {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must have shape (..., m, m) = (..., {m}, {m}), got {tuple(t.shape)}"
+            )
     return Params(W0, W1, WQ, WK)
 
 
-def init_params(d: int, m: int, eps: float = 1e-3, *, n_models: int | None = None,
-                seed: int | None = None, generator: torch.Generator | None = None,
-                dtype=torch.float64, device=None) -> Params:
+def init_params(
+    d: int,
+    m: int,
+    eps: float = 1e-3,
+    *,
+    n_models: int | None = None,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    dtype=torch.float64,
+    device=None,
+) -> Params:
     r"""Small Gaussian initialisation :math:`\mathcal N(0, \varepsilon^2)` of all four matrices.
 
     With ``n_models`` the tensors get a leading ensemble dimension (each member its own draw).
@@ -100,7 +132,12 @@ def init_params(d: int, m: int, eps: float = 1e-3, *, n_models: int | None = Non
     gen = resolve_generator(seed, generator, device=dev)
     lead = () if n_models is None else (check_positive_int(n_models, "n_models"),)
     shapes = [(d, m), (m, d), (m, m), (m, m)]
-    return Params(*(eps * torch.randn(*lead, *s, generator=gen, dtype=dtype, device=dev) for s in shapes))
+    return Params(
+        *(
+            eps * torch.randn(*lead, *s, generator=gen, dtype=dtype, device=dev)
+            for s in shapes
+        )
+    )
 
 
 def _chain(P, dtype, device):
@@ -145,8 +182,10 @@ def _forward(p: Params, P: torch.Tensor, pi: torch.Tensor, mk=None):
     WQK = p.WQ @ p.WK.transpose(-1, -2)
     M = p.W0 @ p.W1
     Phi = p.W0 @ WQK @ p.W0.transpose(-1, -2)
-    w = torch.softmax(_log_key_weights(pi, mk)[..., None, :] + Phi, dim=-1)  # row q is w_q
-    z = w @ M                                            # row q is (M^T w_q)^T
+    w = torch.softmax(
+        _log_key_weights(pi, mk)[..., None, :] + Phi, dim=-1
+    )  # row q is w_q
+    z = w @ M  # row q is (M^T w_q)^T
     lse = torch.logsumexp(z, dim=-1)
     loss = (pi * (lse - (P * z).sum(-1))).sum(-1)
     return loss, M, Phi, WQK, w, z
@@ -163,15 +202,17 @@ def population_loss(W0, W1, WQ, WK, P, *, masked_keys=None) -> torch.Tensor:
     p = check_params(W0, W1, WQ, WK)
     P, pi = _chain(P, p.W0.dtype, p.W0.device)
     if P.shape[-1] != p.W0.shape[-2]:
-        raise ValueError(f"P must be {p.W0.shape[-2]}x{p.W0.shape[-2]} (d from W0), got {tuple(P.shape)}")
+        raise ValueError(
+            f"P must be {p.W0.shape[-2]}x{p.W0.shape[-2]} (d from W0), got {tuple(P.shape)}"
+        )
     return _forward(p, P, pi, _check_masked(masked_keys, P.shape[-1], P.device))[0]
 
 
 def _gradient(p: Params, P, pi, mk=None):
     loss, M, Phi, WQK, w, z = _forward(p, P, pi, mk)
-    r = torch.softmax(z, dim=-1) - P                      # r_q = softmax(M^T w_q) - P_q
-    dM = w.transpose(-1, -2) @ (pi[..., :, None] * r)    # sum_q pi_q w_q r_q^T
-    v = r @ M.transpose(-1, -2)                          # v[q, k] = (M r_q)_k
+    r = torch.softmax(z, dim=-1) - P  # r_q = softmax(M^T w_q) - P_q
+    dM = w.transpose(-1, -2) @ (pi[..., :, None] * r)  # sum_q pi_q w_q r_q^T
+    v = r @ M.transpose(-1, -2)  # v[q, k] = (M r_q)_k
     G = pi[..., :, None] * w * (v - (w * v).sum(-1, keepdim=True))
     W0t = p.W0.transpose(-1, -2)
     GW0 = G @ p.W0
@@ -202,11 +243,17 @@ def _gradient_np(W0, W1, WQ, WK, P, pi, log_keys):
     v = r @ tr(M)
     G = pi[..., :, None] * w * (v - (w * v).sum(-1, keepdims=True))
     GW0, GtW0 = G @ W0, tr(G) @ W0
-    return (dM @ tr(W1) + GW0 @ tr(WQK) + GtW0 @ WQK, tr(W0) @ dM, tr(W0) @ GW0 @ WK,
-            tr(W0) @ GtW0 @ WQ)
+    return (
+        dM @ tr(W1) + GW0 @ tr(WQK) + GtW0 @ WQK,
+        tr(W0) @ dM,
+        tr(W0) @ GW0 @ WK,
+        tr(W0) @ GtW0 @ WQ,
+    )
 
 
-def population_gradient(W0, W1, WQ, WK, P, *, masked_keys=None, return_loss: bool = False):
+def population_gradient(
+    W0, W1, WQ, WK, P, *, masked_keys=None, return_loss: bool = False
+):
     """Closed-form gradient of :func:`population_loss` as a :class:`Params` (batched).
 
     With ``return_loss`` returns ``(loss, grads)``.
@@ -214,8 +261,12 @@ def population_gradient(W0, W1, WQ, WK, P, *, masked_keys=None, return_loss: boo
     p = check_params(W0, W1, WQ, WK)
     P, pi = _chain(P, p.W0.dtype, p.W0.device)
     if P.shape[-1] != p.W0.shape[-2]:
-        raise ValueError(f"P must be {p.W0.shape[-2]}x{p.W0.shape[-2]} (d from W0), got {tuple(P.shape)}")
-    loss, g, _, _ = _gradient(p, P, pi, _check_masked(masked_keys, P.shape[-1], P.device))
+        raise ValueError(
+            f"P must be {p.W0.shape[-2]}x{p.W0.shape[-2]} (d from W0), got {tuple(P.shape)}"
+        )
+    loss, g, _, _ = _gradient(
+        p, P, pi, _check_masked(masked_keys, P.shape[-1], P.device)
+    )
     return (loss, g) if return_loss else g
 
 
@@ -230,7 +281,9 @@ def unpack(theta: torch.Tensor, d: int, m: int) -> Params:
     theta = as_tensor(theta, "theta")
     n = 2 * d * m + 2 * m * m
     if theta.shape[-1] != n:
-        raise ValueError(f"theta must have last dimension 2dm + 2m^2 = {n}, got {theta.shape[-1]}")
+        raise ValueError(
+            f"theta must have last dimension 2dm + 2m^2 = {n}, got {theta.shape[-1]}"
+        )
     lead = theta.shape[:-1]
     sizes = [d * m, m * d, m * m, m * m]
     shapes = [(d, m), (m, d), (m, m), (m, m)]
@@ -264,57 +317,86 @@ def population_hessian(W0, W1, WQ, WK, P, *, masked_keys=None) -> torch.Tensor:
 class FlowResult:
     """A recorded trajectory: parameters at times ``t`` (batched over models if the input was)."""
 
-    t: np.ndarray            # (T,)
-    W0: np.ndarray           # (T, ..., d, m)
-    W1: np.ndarray           # (T, ..., m, d)
-    WQ: np.ndarray           # (T, ..., m, m)
-    WK: np.ndarray           # (T, ..., m, m)
-    loss: np.ndarray         # (T, ...)
-    P: np.ndarray            # (d, d), or (..., d, d) for one chain per model
-    pi: np.ndarray           # (d,) or (..., d)
+    t: np.ndarray  # (T,)
+    W0: np.ndarray  # (T, ..., d, m)
+    W1: np.ndarray  # (T, ..., m, d)
+    WQ: np.ndarray  # (T, ..., m, m)
+    WK: np.ndarray  # (T, ..., m, m)
+    loss: np.ndarray  # (T, ...)
+    P: np.ndarray  # (d, d), or (..., d, d) for one chain per model
+    pi: np.ndarray  # (d,) or (..., d)
     wall_s: float = 0.0
     n_fev: int = 0
     info: dict = field(default_factory=dict)
 
     def params(self, i: int | slice = slice(None)) -> Params:
         """Parameters at time index ``i`` as tensors."""
-        return Params(*(torch.from_numpy(np.ascontiguousarray(getattr(self, k)[i]))
-                        for k in ("W0", "W1", "WQ", "WK")))
+        return Params(
+            *(
+                torch.from_numpy(np.ascontiguousarray(getattr(self, k)[i]))
+                for k in ("W0", "W1", "WQ", "WK")
+            )
+        )
 
     def save(self, path) -> Path:
         """Write every array to an ``.npz`` file (no pickle)."""
         return save_fields(self, path)
 
     @classmethod
-    def load(cls, path) -> "FlowResult":
+    def load(cls, path) -> FlowResult:
         kw, info = load_fields(cls, path)
         kw["wall_s"] = float(kw.get("wall_s", 0.0))
         kw["n_fev"] = int(kw.get("n_fev", 0))
         return cls(info=info, **kw)
 
 
-def time_grid(t_end: float, *, dense_until: float = 300.0, n_dense: int = 601, n_log: int = 300) -> np.ndarray:
+def time_grid(
+    t_end: float, *, dense_until: float = 300.0, n_dense: int = 601, n_log: int = 300
+) -> np.ndarray:
     """Recording times for a flow: uniform on [0, dense_until] (to resolve stages I–III and fit
     growth rates), then log-spaced up to ``t_end`` (the long plateaus of stage IV)."""
     t_end = check_positive(t_end, "t_end")
     dense_until = min(check_positive(dense_until, "dense_until"), t_end)
-    grid = np.linspace(0.0, dense_until, check_positive_int(n_dense, "n_dense", minimum=2))
+    grid = np.linspace(
+        0.0, dense_until, check_positive_int(n_dense, "n_dense", minimum=2)
+    )
     if t_end > dense_until:
-        grid = np.concatenate([grid, np.logspace(np.log10(dense_until), np.log10(t_end),
-                                                 check_positive_int(n_log, "n_log", minimum=2))[1:]])
+        grid = np.concatenate(
+            [
+                grid,
+                np.logspace(
+                    np.log10(dense_until),
+                    np.log10(t_end),
+                    check_positive_int(n_log, "n_log", minimum=2),
+                )[1:],
+            ]
+        )
     grid[-1] = t_end
     return grid
 
 
 def _as_start(params, dtype=torch.float64) -> Params:
-    if isinstance(params, Params) or (isinstance(params, (tuple, list)) and len(params) == 4):
+    if isinstance(params, Params) or (
+        isinstance(params, (tuple, list)) and len(params) == 4
+    ):
         return check_params(*params, dtype=dtype)
     raise TypeError("params must be a Params tuple (W0, W1, WQ, WK)")
 
 
-def population_flow(params, P, t_end: float, *, t_eval=None, n_eval: int = 400,
-                    method: str = "BDF", rtol: float = 1e-8, atol: float = 1e-11,
-                    max_norm: float = 1e6, masked_keys=None, progress: bool = False) -> FlowResult:
+def population_flow(
+    params,
+    P,
+    t_end: float,
+    *,
+    t_eval=None,
+    n_eval: int = 400,
+    method: str = "BDF",
+    rtol: float = 1e-8,
+    atol: float = 1e-11,
+    max_norm: float = 1e6,
+    masked_keys=None,
+    progress: bool = False,
+) -> FlowResult:
     r"""Integrate the gradient flow :math:`\dot\theta = -\nabla L(\theta)` of the population loss.
 
     An adaptive SciPy integrator (``method`` = ``"BDF"`` (default: the flow is stiff on its
@@ -332,7 +414,9 @@ def population_flow(params, P, t_end: float, *, t_eval=None, n_eval: int = 400,
 
     p = _as_start(params)
     t_end = check_positive(t_end, "t_end")
-    method = check_choice(method, "method", ("BDF", "LSODA", "Radau", "RK45", "DOP853", "RK23"))
+    method = check_choice(
+        method, "method", ("BDF", "LSODA", "Radau", "RK45", "DOP853", "RK23")
+    )
     P, pi = _chain(P, torch.float64, torch.device("cpu"))
     p = Params(*(x.detach().to("cpu", torch.float64) for x in p))
     d, m = p.W0.shape[-2:]
@@ -343,8 +427,10 @@ def population_flow(params, P, t_end: float, *, t_eval=None, n_eval: int = 400,
         try:
             lead = torch.broadcast_shapes(p.W0.shape[:-2], P.shape[:-2])
         except RuntimeError:
-            raise ValueError(f"the batch shape of P {tuple(P.shape[:-2])} does not broadcast with "
-                             f"that of the parameters {tuple(p.W0.shape[:-2])}") from None
+            raise ValueError(
+                f"the batch shape of P {tuple(P.shape[:-2])} does not broadcast with "
+                f"that of the parameters {tuple(p.W0.shape[:-2])}"
+            ) from None
         p = Params(*(x.expand(*lead, *x.shape[-2:]).clone() for x in p))
         P = P.expand(*lead, d, d)
         pi = pi.expand(*lead, d)
@@ -357,7 +443,12 @@ def population_flow(params, P, t_end: float, *, t_eval=None, n_eval: int = 400,
         t_eval = np.concatenate([[0.0], np.logspace(-2, np.log10(t_end), n_eval - 1)])
         t_eval[-1] = t_end
     t_eval = np.asarray(t_eval, dtype=float)
-    if t_eval.ndim != 1 or np.any(np.diff(t_eval) < 0) or t_eval[0] < 0 or t_eval[-1] > t_end * (1 + 1e-12):
+    if (
+        t_eval.ndim != 1
+        or np.any(np.diff(t_eval) < 0)
+        or t_eval[0] < 0
+        or t_eval[-1] > t_end * (1 + 1e-12)
+    ):
         raise ValueError("t_eval must be an increasing 1-D array within [0, t_end]")
     t_eval = np.minimum(t_eval, float(t_end))  # forgive round-off at the end point
     n_fev = [0]
@@ -373,8 +464,15 @@ def population_flow(params, P, t_end: float, *, t_eval=None, n_eval: int = 400,
     def rhs(t, y):
         n_fev[0] += 1
         a, b, c, e = np.split(y.reshape(nb, n), cuts, axis=-1)
-        g = _gradient_np(a.reshape(nb, d, m), b.reshape(nb, m, d), c.reshape(nb, m, m),
-                         e.reshape(nb, m, m), P_np, pi_np, log_keys)
+        g = _gradient_np(
+            a.reshape(nb, d, m),
+            b.reshape(nb, m, d),
+            c.reshape(nb, m, m),
+            e.reshape(nb, m, m),
+            P_np,
+            pi_np,
+            log_keys,
+        )
         return -np.concatenate([x.reshape(nb, -1) for x in g], axis=-1).reshape(-1)
 
     def jac(t, y):
@@ -386,11 +484,13 @@ def population_flow(params, P, t_end: float, *, t_eval=None, n_eval: int = 400,
 
     def blowup(t, y):
         return max_norm - float(np.max(np.abs(y)))
+
     blowup.terminal = True
 
     bar = None
     if progress:
         from tqdm.auto import tqdm
+
         bar = tqdm(total=float(t_end), desc="population flow", unit="t")
         last = [0.0]
         inner = rhs
@@ -403,28 +503,62 @@ def population_flow(params, P, t_end: float, *, t_eval=None, n_eval: int = 400,
 
     kw = {"jac": jac} if method in ("BDF", "Radau", "LSODA") else {}
     t0 = time.perf_counter()
-    sol = scipy.integrate.solve_ivp(rhs, (0.0, float(t_end)), theta0.reshape(-1).numpy(), method=method,
-                                    t_eval=t_eval, rtol=rtol, atol=atol, events=blowup, **kw)
+    sol = scipy.integrate.solve_ivp(
+        rhs,
+        (0.0, float(t_end)),
+        theta0.reshape(-1).numpy(),
+        method=method,
+        t_eval=t_eval,
+        rtol=rtol,
+        atol=atol,
+        events=blowup,
+        **kw,
+    )
     wall = time.perf_counter() - t0
     if bar is not None:
         bar.close()
     if sol.status == -1 or (sol.status == 1 and len(sol.t_events[0])):
-        raise FlowDiverged(f"population flow failed at t = {sol.t[-1] if len(sol.t) else 0:.4g}: "
-                           f"{sol.message if sol.status == -1 else 'parameters exceeded max_norm'}")
+        raise FlowDiverged(
+            f"population flow failed at t = {sol.t[-1] if len(sol.t) else 0:.4g}: "
+            f"{sol.message if sol.status == -1 else 'parameters exceeded max_norm'}"
+        )
     Y = sol.y.T.reshape(len(sol.t), *lead, n)
     if not np.all(np.isfinite(Y)):
         raise FlowDiverged("population flow produced non-finite parameters")
     traj = unpack(torch.from_numpy(Y), d, m)
     with torch.no_grad():
         loss = _forward(traj, P, pi, mk)[0].numpy()
-    return FlowResult(t=sol.t, W0=traj.W0.numpy(), W1=traj.W1.numpy(), WQ=traj.WQ.numpy(),
-                      WK=traj.WK.numpy(), loss=loss, P=P.numpy(), pi=pi.numpy(), wall_s=wall,
-                      n_fev=n_fev[0], info={"method": method, "rtol": rtol, "atol": atol,
-                                            **({"masked_keys": mk.numpy()} if mk is not None else {})})
+    return FlowResult(
+        t=sol.t,
+        W0=traj.W0.numpy(),
+        W1=traj.W1.numpy(),
+        WQ=traj.WQ.numpy(),
+        WK=traj.WK.numpy(),
+        loss=loss,
+        P=P.numpy(),
+        pi=pi.numpy(),
+        wall_s=wall,
+        n_fev=n_fev[0],
+        info={
+            "method": method,
+            "rtol": rtol,
+            "atol": atol,
+            **({"masked_keys": mk.numpy()} if mk is not None else {}),
+        },
+    )
 
 
-def gradient_descent(params, P, *, lr: float, steps: int, record_every: int = 1,
-                     masked_keys=None, max_norm: float = 1e6, progress: bool = False) -> FlowResult:
+def gradient_descent(
+    params,
+    P,
+    *,
+    lr: float,
+    steps: int,
+    record_every: int = 1,
+    masked_keys=None,
+    max_norm: float = 1e6,
+    progress: bool = False,
+) -> FlowResult:
     r"""Full-batch gradient descent :math:`\theta_{k+1} = \theta_k - \eta\nabla L(\theta_k)` on the
     population loss (the Euler discretisation of the flow; time :math:`t = k\eta`). Batched."""
     p = _as_start(params)
@@ -438,14 +572,20 @@ def gradient_descent(params, P, *, lr: float, steps: int, record_every: int = 1,
     it = range(steps + 1)
     if progress:
         from tqdm.auto import tqdm
+
         it = tqdm(it, desc="gradient descent")
     t0 = time.perf_counter()
     with torch.no_grad():
         for k in it:
             loss, g, _, _ = _gradient(p, P, pi, mk)
-            if not bool(torch.isfinite(loss).all()) or max(float(x.abs().max()) for x in p) > max_norm:
-                raise FlowDiverged(f"gradient descent diverged at step {k}: non-finite loss or "
-                                   f"parameters above max_norm = {max_norm:g} (lr = {lr} too large?)")
+            if (
+                not bool(torch.isfinite(loss).all())
+                or max(float(x.abs().max()) for x in p) > max_norm
+            ):
+                raise FlowDiverged(
+                    f"gradient descent diverged at step {k}: non-finite loss or "
+                    f"parameters above max_norm = {max_norm:g} (lr = {lr} too large?)"
+                )
             if k % record_every == 0 or k == steps:
                 rec_t.append(k * lr)
                 rec_p.append([x.clone() for x in p])
@@ -454,8 +594,20 @@ def gradient_descent(params, P, *, lr: float, steps: int, record_every: int = 1,
                 p = Params(*(x - lr * gx for x, gx in zip(p, g)))
     wall = time.perf_counter() - t0
     stack = [torch.stack([r[i] for r in rec_p]).cpu().numpy() for i in range(4)]
-    return FlowResult(t=np.array(rec_t), W0=stack[0], W1=stack[1], WQ=stack[2], WK=stack[3],
-                      loss=torch.stack(rec_l).cpu().numpy(), P=P.cpu().numpy(), pi=pi.cpu().numpy(),
-                      wall_s=wall, n_fev=steps + 1,
-                      info={"method": "gd", "lr": lr,
-                            **({"masked_keys": mk.cpu().numpy()} if mk is not None else {})})
+    return FlowResult(
+        t=np.array(rec_t),
+        W0=stack[0],
+        W1=stack[1],
+        WQ=stack[2],
+        WK=stack[3],
+        loss=torch.stack(rec_l).cpu().numpy(),
+        P=P.cpu().numpy(),
+        pi=pi.cpu().numpy(),
+        wall_s=wall,
+        n_fev=steps + 1,
+        info={
+            "method": "gd",
+            "lr": lr,
+            **({"masked_keys": mk.cpu().numpy()} if mk is not None else {}),
+        },
+    )

@@ -24,6 +24,7 @@ Stage III (rank-one manifold). :math:`W_0 = \gamma\alpha^\top`, :math:`W_1 = \al
 :math:`M = \gamma\beta^\top`, :math:`\Phi = \lambda_Q\lambda_K\gamma\gamma^\top`, and the flow reduces
 to the gradient flow of :math:`L(\gamma,\beta,\lambda_Q,\lambda_K)` (:func:`reduced_ode`).
 """
+
 from __future__ import annotations
 
 import numbers
@@ -37,9 +38,18 @@ from ..markov import as_probability_vector
 from ..validation import as_tensor, check_finite, check_positive_int
 from .population import Params
 
-__all__ = ["condensation_directions", "condensation_rate", "attention_growth_rate", "saddle_point",
-           "log_ratio_vector", "origin_linearisation", "condensation_rate_symbolic_d",
-           "saddle_attention_block", "reduced_ode", "reduced_to_params"]
+__all__ = [
+    "condensation_directions",
+    "condensation_rate",
+    "attention_growth_rate",
+    "saddle_point",
+    "log_ratio_vector",
+    "origin_linearisation",
+    "condensation_rate_symbolic_d",
+    "saddle_attention_block",
+    "reduced_ode",
+    "reduced_to_params",
+]
 
 
 # ----------------------------------------------------------------------------- closed forms
@@ -63,7 +73,9 @@ def condensation_directions(pi) -> tuple[torch.Tensor, torch.Tensor]:
     b = p - 1.0 / p.shape[-1]
     nb = b.norm(dim=-1, keepdim=True)
     if bool((nb < 1e-12).any()):
-        raise ValueError("pi is uniform: b = pi - 1/d vanishes and there is no condensation direction")
+        raise ValueError(
+            "pi is uniform: b = pi - 1/d vanishes and there is no condensation direction"
+        )
     return p / p.norm(dim=-1, keepdim=True), b / nb
 
 
@@ -95,10 +107,10 @@ def attention_growth_rate(pi, lam) -> torch.Tensor:
     if bool(((lam_t < 0) | (lam_t >= 1)).any()):
         raise ValueError("lam must satisfy 0 <= lam < 1")
     ell = log_ratio_vector(p)
-    s2 = (p ** 2).sum(-1)
-    S3 = (p ** 3).sum(-1) - s2 ** 2
+    s2 = (p**2).sum(-1)
+    S3 = (p**3).sum(-1) - s2**2
     H = -(p * torch.log(p)).sum(-1)
-    T = (p ** 2 * (torch.log(p) + H[..., None])).sum(-1)
+    T = (p**2 * (torch.log(p) + H[..., None])).sum(-1)
     return lam_t * ell.norm(dim=-1) * S3 * T / p.norm(dim=-1) ** 5
 
 
@@ -126,8 +138,8 @@ def saddle_point(pi, m: int, *, alpha=None) -> Params:
     n = p.norm()
     if float(ell.norm()) == 0:
         raise ValueError("pi is uniform: the saddle is the origin")
-    g = torch.sqrt(ell.norm() / n ** 3)
-    beta = ell / (g * n ** 2)
+    g = torch.sqrt(ell.norm() / n**3)
+    beta = ell / (g * n**2)
     z = torch.zeros(m, m, dtype=p.dtype)
     return Params(g * torch.outer(p, a), torch.outer(a, beta), z, z.clone())
 
@@ -144,12 +156,14 @@ def _loss_symbolic(M, Phi, pi, P, rows=None):
     (summed over the query tokens in ``rows``, default all)."""
     d = pi.shape[0]
     L = 0
-    for q in (range(d) if rows is None else rows):
+    for q in range(d) if rows is None else rows:
         e = [pi[k] * sp.exp(Phi[q, k]) for k in range(d)]
         Z = sum(e)
         w = sp.Matrix([ek / Z for ek in e])
         z = M.T * w
-        L += pi[q] * (-(P[q, :] * z)[0, 0] + sp.log(sum(sp.exp(z[j]) for j in range(d))))
+        L += pi[q] * (
+            -(P[q, :] * z)[0, 0] + sp.log(sum(sp.exp(z[j]) for j in range(d)))
+        )
     return L
 
 
@@ -176,9 +190,15 @@ def origin_linearisation(d: int) -> dict:
     L = _loss_symbolic(Msym, Phis, pi, P)
     at0 = {**{s: 0 for s in Msym}, **{s: 0 for s in Phis}}
     on_simplex = {pi[-1]: 1 - sum(pi[:-1])}
-    grad_M = sp.Matrix(d, d, lambda i, j: sp.simplify(sp.diff(L, Msym[i, j]).xreplace(at0).subs(on_simplex)))
+    grad_M = sp.Matrix(
+        d,
+        d,
+        lambda i, j: sp.simplify(sp.diff(L, Msym[i, j]).xreplace(at0).subs(on_simplex)),
+    )
     at_M0 = {s: 0 for s in Msym}
-    grad_Phi = sp.Matrix(d, d, lambda i, j: sp.simplify(sp.diff(L, Phis[i, j]).xreplace(at_M0)))
+    grad_Phi = sp.Matrix(
+        d, d, lambda i, j: sp.simplify(sp.diff(L, Phis[i, j]).xreplace(at_M0))
+    )
     b = pi - sp.ones(d, 1) / d
     K = sp.zeros(2 * d, 2 * d)
     K[:d, d:] = pi * b.T
@@ -187,8 +207,16 @@ def origin_linearisation(d: int) -> dict:
     mode = sp.Matrix.vstack(nb * pi, npi * b)
     residual = sp.simplify(K * mode - npi * nb * mode)
     expected = (-pi * b.T).subs(on_simplex)
-    return {"grad_M": grad_M, "grad_M_expected": expected, "grad_Phi": grad_Phi, "K": K,
-            "rate": npi * nb, "mode": mode, "residual": residual, "symbols": (pi, lam)}
+    return {
+        "grad_M": grad_M,
+        "grad_M_expected": expected,
+        "grad_Phi": grad_Phi,
+        "K": K,
+        "rate": npi * nb,
+        "mode": mode,
+        "residual": residual,
+        "symbols": (pi, lam),
+    }
 
 
 def condensation_rate_symbolic_d() -> dict:
@@ -206,8 +234,14 @@ def condensation_rate_symbolic_d() -> dict:
     total = sum(sp.factor_terms(sp.Sum(t, (i, 1, d)).doit()) for t in terms)
     total = sp.simplify(total.subs(sp.Sum(pi[i], (i, 1, d)), 1))
     s2 = sp.Sum(pi[i] ** 2, (i, 1, d))
-    return {"d": d, "pi": pi, "i": i, "norm_b_sq_raw": raw, "norm_b_sq": total,
-            "rate": sp.sqrt(s2) * sp.sqrt(total)}
+    return {
+        "d": d,
+        "pi": pi,
+        "i": i,
+        "norm_b_sq_raw": raw,
+        "norm_b_sq": total,
+        "rate": sp.sqrt(s2) * sp.sqrt(total),
+    }
 
 
 @lru_cache(maxsize=8)
@@ -239,20 +273,28 @@ def saddle_attention_block(d: int) -> dict:
     g2 = sp.sqrt((ell.T * ell)[0, 0]) / n2 ** sp.Rational(3, 2)
     kappa = g2 * (pi.T * G0 * pi)[0, 0]
     H = -sum(x * sp.log(x) for x in pi)
-    S3 = sum(x ** 3 for x in pi) - n2 ** 2
-    T = sum(x ** 2 * (sp.log(x) + H) for x in pi)
+    S3 = sum(x**3 for x in pi) - n2**2
+    T = sum(x**2 * (sp.log(x) + H) for x in pi)
     closed = lam * sp.sqrt((ell.T * ell)[0, 0]) * S3 * T / n2 ** sp.Rational(5, 2)
     f = sp.lambdify((list(pi), lam), [-kappa, closed], "numpy")
 
     def numeric(pi_values, lam_value):
         pv = np.asarray(pi_values, dtype=float)
         if pv.shape != (d,) or abs(pv.sum() - 1) > 1e-12 or np.any(pv <= 0):
-            raise ValueError(f"pi_values must be a positive probability vector of length {d}")
+            raise ValueError(
+                f"pi_values must be a positive probability vector of length {d}"
+            )
         a, b = f(list(pv), float(lam_value))
         return float(a), float(b)
 
-    return {"G0": G0, "kappa": kappa, "rate_derived": -kappa, "rate_closed_form": closed,
-            "numeric": numeric, "symbols": (pi, lam)}
+    return {
+        "G0": G0,
+        "kappa": kappa,
+        "rate_derived": -kappa,
+        "rate_closed_form": closed,
+        "numeric": numeric,
+        "symbols": (pi, lam),
+    }
 
 
 @lru_cache(maxsize=8)
@@ -286,20 +328,36 @@ def reduced_ode(d: int) -> dict:
 
     def numeric(y, P_value):
         from ..markov import stationary
+
         Pv = as_tensor(P_value, "P", dtype=torch.float64)
         piv = stationary(Pv).numpy()
         yv = np.asarray(y, dtype=float)
         if yv.shape != (2 * d + 2,):
-            raise ValueError(f"y must have 2d+2 = {2 * d + 2} entries, got shape {yv.shape}")
+            raise ValueError(
+                f"y must have 2d+2 = {2 * d + 2} entries, got shape {yv.shape}"
+            )
         return np.asarray(f(list(yv), list(piv), list(Pv.numpy().ravel())), dtype=float)
 
     def numeric_loss(y, P_value):
         from ..markov import stationary
-        Pv = as_tensor(P_value, "P", dtype=torch.float64)
-        return float(floss(list(np.asarray(y, float)), list(stationary(Pv).numpy()), list(Pv.numpy().ravel())))
 
-    return {"loss": L, "rhs": rhs, "coords": coords, "numeric": numeric,
-            "numeric_loss": numeric_loss, "symbols": (gam, bet, lq, lk, pi, P)}
+        Pv = as_tensor(P_value, "P", dtype=torch.float64)
+        return float(
+            floss(
+                list(np.asarray(y, float)),
+                list(stationary(Pv).numpy()),
+                list(Pv.numpy().ravel()),
+            )
+        )
+
+    return {
+        "loss": L,
+        "rhs": rhs,
+        "coords": coords,
+        "numeric": numeric,
+        "numeric_loss": numeric_loss,
+        "symbols": (gam, bet, lq, lk, pi, P),
+    }
 
 
 def reduced_to_params(y, m: int, *, alpha=None, alpha_tilde=None) -> Params:
@@ -323,5 +381,10 @@ def reduced_to_params(y, m: int, *, alpha=None, alpha_tilde=None) -> Params:
         return u / u.norm()
 
     a, at = unit(alpha, 0, "alpha"), unit(alpha_tilde, 1, "alpha_tilde")
-    gam, bet, lq, lk = yv[:d], yv[d:2 * d], yv[2 * d], yv[2 * d + 1]
-    return Params(torch.outer(gam, a), torch.outer(a, bet), lq * torch.outer(a, at), lk * torch.outer(a, at))
+    gam, bet, lq, lk = yv[:d], yv[d : 2 * d], yv[2 * d], yv[2 * d + 1]
+    return Params(
+        torch.outer(gam, a),
+        torch.outer(a, bet),
+        lq * torch.outer(a, at),
+        lk * torch.outer(a, at),
+    )

@@ -15,16 +15,28 @@ Written from the equations (theory brief, Part III), independently of the SymPy 
 * Moment right-hand sides :math:`(\dot\alpha, \dot\Sigma)` of softmax, ℓ², linear and
   Sinkhorn attention on :math:`N(\alpha, \Sigma)`.
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-__all__ = ["scalar_softmax_variance", "scalar_softmax_mean", "scalar_blowup_time",
-           "identity_value_covariance", "identity_value_blowup_time", "clustering_limit",
-           "softmax_moment_rhs", "l2_moment_rhs", "linear_moment_rhs", "sinkhorn_moment_rhs",
-           "sinkhorn_scalar_rhs", "psd_sqrt", "kernel_basis"]
+__all__ = [
+    "scalar_softmax_variance",
+    "scalar_softmax_mean",
+    "scalar_blowup_time",
+    "identity_value_covariance",
+    "identity_value_blowup_time",
+    "clustering_limit",
+    "softmax_moment_rhs",
+    "l2_moment_rhs",
+    "linear_moment_rhs",
+    "sinkhorn_moment_rhs",
+    "sinkhorn_scalar_rhs",
+    "psd_sqrt",
+    "kernel_basis",
+]
 
 
 def _scalar(value, name):
@@ -53,7 +65,9 @@ def scalar_softmax_variance(t, var0: float, v: float, a: float) -> np.ndarray:
 def scalar_softmax_mean(t, mean0: float, var0: float, v: float, a: float) -> np.ndarray:
     r""":math:`\alpha(t) = \alpha_0 e^{vt}(1 - 2va\sigma_0^2 t)^{-1/2}`."""
     t = np.asarray(t, dtype=float)
-    return mean0 * np.exp(v * t) * np.sqrt(scalar_softmax_variance(t, var0, v, a) / var0)
+    return (
+        mean0 * np.exp(v * t) * np.sqrt(scalar_softmax_variance(t, var0, v, a) / var0)
+    )
 
 
 def _sym_matrix(M, name):
@@ -104,7 +118,9 @@ def clustering_limit(cov0, A, tol: float = 1e-10) -> np.ndarray:
     B = A + A.T
     w = np.linalg.eigvalsh(B)
     if w.max() > tol * max(1.0, np.abs(w).max()):
-        raise ValueError(f"A + A^T must be negative semi-definite, its largest eigenvalue is {w.max():.3g}")
+        raise ValueError(
+            f"A + A^T must be negative semi-definite, its largest eigenvalue is {w.max():.3g}"
+        )
     U = kernel_basis(B, tol)
     if U.shape[1] == 0:
         return np.zeros_like(S)
@@ -113,7 +129,12 @@ def clustering_limit(cov0, A, tol: float = 1e-10) -> np.ndarray:
 
 def softmax_moment_rhs(mean, cov, A, V):
     r""":math:`\dot\alpha = V(I + \Sigma A)\alpha`, :math:`\dot\Sigma = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top`."""
-    a, S, A, V = np.asarray(mean, float), np.asarray(cov, float), np.asarray(A, float), np.asarray(V, float)
+    a, S, A, V = (
+        np.asarray(mean, float),
+        np.asarray(cov, float),
+        np.asarray(A, float),
+        np.asarray(V, float),
+    )
     return V @ (a + S @ A @ a), V @ S @ A @ S + S @ A.T @ S @ V.T
 
 
@@ -127,7 +148,12 @@ def l2_moment_rhs(mean, cov, Q, K, V):
 
 def linear_moment_rhs(mean, cov, A, V):
     r""":math:`\dot\alpha = V(\Sigma + \alpha\alpha^\top)A\alpha`, :math:`\dot\Sigma = V(\Sigma+\alpha\alpha^\top)A\Sigma + \text{transpose}`."""
-    a, S, A, V = np.asarray(mean, float), np.asarray(cov, float), np.asarray(A, float), np.asarray(V, float)
+    a, S, A, V = (
+        np.asarray(mean, float),
+        np.asarray(cov, float),
+        np.asarray(A, float),
+        np.asarray(V, float),
+    )
     J = V @ (S + np.outer(a, a)) @ A
     return J @ a, J @ S + S @ J.T
 
@@ -137,7 +163,12 @@ def sinkhorn_moment_rhs(mean, cov, A, V):
 
     :math:`\dot\alpha = V\alpha`, :math:`\dot\Sigma = VJ_0\Sigma + \Sigma J_0^\top V^\top` (needs Σ ≻ 0).
     """
-    a, S, A, V = np.asarray(mean, float), np.asarray(cov, float), np.asarray(A, float), np.asarray(V, float)
+    a, S, A, V = (
+        np.asarray(mean, float),
+        np.asarray(cov, float),
+        np.asarray(A, float),
+        np.asarray(V, float),
+    )
     R = psd_sqrt(S)
     M = np.eye(len(S)) + 4 * R @ A.T @ S @ A @ R
     J0 = 2 * S @ A @ R @ np.linalg.inv(np.eye(len(S)) + psd_sqrt(M)) @ np.linalg.inv(R)

@@ -13,6 +13,7 @@ right-hand side with :func:`scipy.integrate.solve_ivp` and stops at a blow-up (a
 returning NaN. :func:`covariance_flow` integrates many zero-mean softmax covariance flows at
 once in torch (for pictures in the PSD cone and limiting-rank histograms).
 """
+
 from __future__ import annotations
 
 import math
@@ -24,24 +25,30 @@ from scipy.integrate import solve_ivp
 
 from ..flows import check_times, odeint_dopri5
 from ..validation import as_float64_array, check_choice
-from .particles import resolve_params
+from .particles import _ALIASES, resolve_params  # one table of kind aliases
 from .symbolic import moment_rhs
 
-__all__ = ["GAUSSIAN_FLOW_KINDS", "GaussianFlow", "gaussian_flow", "check_covariance",
-           "CovarianceFlow", "covariance_flow", "moment_field"]
+__all__ = [
+    "GAUSSIAN_FLOW_KINDS",
+    "GaussianFlow",
+    "gaussian_flow",
+    "check_covariance",
+    "CovarianceFlow",
+    "covariance_flow",
+    "moment_field",
+]
 
 GAUSSIAN_FLOW_KINDS = ("softmax", "l2", "sinkhorn", "linear", "multihead")
-from .particles import _ALIASES  # one table of kind aliases for the whole subpackage
 
 
 @dataclass
 class GaussianFlow:
     """Solution of the moment ODEs at the requested times reached before any blow-up."""
 
-    t: np.ndarray                    #: (m,) times (a prefix of the requested ones)
-    mean: np.ndarray                 #: (m, d)
-    cov: np.ndarray                  #: (m, d, d)
-    blowup_time: float | None        #: None if finite on the whole interval
+    t: np.ndarray  #: (m,) times (a prefix of the requested ones)
+    mean: np.ndarray  #: (m, d)
+    cov: np.ndarray  #: (m, d, d)
+    blowup_time: float | None  #: None if finite on the whole interval
     kind: str
     message: str = ""
 
@@ -53,25 +60,35 @@ class GaussianFlow:
 _to_numpy = as_float64_array  # tensors, arrays or lists → finite float64 arrays
 
 
-def check_covariance(cov, name: str = "cov0", d: int | None = None, *, tol: float = 1e-9) -> np.ndarray:
+def check_covariance(
+    cov, name: str = "cov0", d: int | None = None, *, tol: float = 1e-9
+) -> np.ndarray:
     """A symmetric positive semi-definite ``(d, d)`` float64 matrix, or a ``ValueError`` naming ``name``."""
     S = _to_numpy(cov, name)
     if S.ndim != 2 or S.shape[0] != S.shape[1]:
         raise ValueError(f"{name} must be a square matrix, got shape {S.shape}")
     if d is not None and S.shape[0] != d:
-        raise ValueError(f"{name} must be {d}x{d} to match the mean, got shape {S.shape}")
+        raise ValueError(
+            f"{name} must be {d}x{d} to match the mean, got shape {S.shape}"
+        )
     scale = max(1.0, float(np.abs(S).max()))
     if not np.allclose(S, S.T, atol=tol * scale, rtol=0):
-        raise ValueError(f"{name} must be symmetric (max asymmetry {np.abs(S - S.T).max():.3g})")
+        raise ValueError(
+            f"{name} must be symmetric (max asymmetry {np.abs(S - S.T).max():.3g})"
+        )
     lam = float(np.linalg.eigvalsh(S).min())
     if lam < -tol * scale:
-        raise ValueError(f"{name} must be positive semi-definite, smallest eigenvalue {lam:.3g}")
+        raise ValueError(
+            f"{name} must be positive semi-definite, smallest eigenvalue {lam:.3g}"
+        )
     return (S + S.T) / 2
 
 
 def _heads(kind, d, A, V, Q, K, heads):
     """Per-head parameter dicts for :func:`attnbook.pde.symbolic.moment_rhs`."""
-    p = resolve_params(d, kind=kind, A=A, V=V, Q=Q, K=K, heads=heads)   # validates every shape
+    p = resolve_params(
+        d, kind=kind, A=A, V=V, Q=Q, K=K, heads=heads
+    )  # validates every shape
     Vs = p.V.numpy()
     if p.kind != "l2":
         return [dict(A=p.A[h].numpy(), V=Vs[h]) for h in range(p.heads)]
@@ -100,12 +117,26 @@ def moment_field(kind: str, d: int, *, A=None, V=None, Q=None, K=None, heads=Non
             dm += a
             dS += S
         return dm, (dS + dS.T) / 2
+
     return f
 
 
-def gaussian_flow(mean0, cov0, t, *, kind: str, A=None, V=None, Q=None, K=None, heads=None,
-                  rtol: float = 1e-10, atol: float = 1e-12, blowup_threshold: float = 1e8,
-                  method: str = "DOP853") -> GaussianFlow:
+def gaussian_flow(
+    mean0,
+    cov0,
+    t,
+    *,
+    kind: str,
+    A=None,
+    V=None,
+    Q=None,
+    K=None,
+    heads=None,
+    rtol: float = 1e-10,
+    atol: float = 1e-12,
+    blowup_threshold: float = 1e8,
+    method: str = "DOP853",
+) -> GaussianFlow:
     r"""Mean and covariance of the Gaussian solution of the Transformer PDE at the times ``t``.
 
     ``kind``: softmax, l2, sinkhorn, linear or multihead (softmax heads); the parameters are
@@ -122,8 +153,10 @@ def gaussian_flow(mean0, cov0, t, *, kind: str, A=None, V=None, Q=None, K=None, 
     S0 = check_covariance(cov0, "cov0", d)
     times = check_times(t)
     if kind == "sigmoid":
-        raise ValueError("kind 'sigmoid' has no Gaussian closure (its velocity is not affine on a "
-                         "Gaussian); simulate particles instead")
+        raise ValueError(
+            "kind 'sigmoid' has no Gaussian closure (its velocity is not affine on a "
+            "Gaussian); simulate particles instead"
+        )
     field = moment_field(kind, d, A=A, V=V, Q=Q, K=K, heads=heads)
 
     def rhs(_t, yv):
@@ -132,11 +165,20 @@ def gaussian_flow(mean0, cov0, t, *, kind: str, A=None, V=None, Q=None, K=None, 
 
     def blowup(_t, yv):
         return blowup_threshold - np.abs(yv).max()
+
     blowup.terminal = True
 
     y0 = np.concatenate([a0, S0.ravel()])
-    sol = solve_ivp(rhs, (times[0], times[-1]), y0, method=method, t_eval=times, rtol=rtol,
-                    atol=atol, events=blowup)
+    sol = solve_ivp(
+        rhs,
+        (times[0], times[-1]),
+        y0,
+        method=method,
+        t_eval=times,
+        rtol=rtol,
+        atol=atol,
+        events=blowup,
+    )
     blow_t, message = None, "finite on the whole interval"
     if sol.status == 1 and len(sol.t_events[0]):
         blow_t = float(sol.t_events[0][0])
@@ -146,29 +188,52 @@ def gaussian_flow(mean0, cov0, t, *, kind: str, A=None, V=None, Q=None, K=None, 
         message = f"solver stopped ({sol.message}); treated as a blow-up near t = {blow_t:.6g}"
     Y = sol.y.T
     keep = np.all(np.isfinite(Y), axis=1)
-    if not keep.all():                                   # never hand back NaN
+    if not keep.all():  # never hand back NaN
         first_bad = int(np.argmin(keep))
         Y, tt = Y[:first_bad], sol.t[:first_bad]
-        blow_t = blow_t if blow_t is not None else float(tt[-1]) if len(tt) else float(times[0])
+        blow_t = (
+            blow_t
+            if blow_t is not None
+            else float(tt[-1])
+            if len(tt)
+            else float(times[0])
+        )
     else:
         tt = sol.t
     cov = Y[:, d:].reshape(-1, d, d)
-    return GaussianFlow(t=np.asarray(tt), mean=Y[:, :d].copy(), cov=(cov + cov.transpose(0, 2, 1)) / 2,
-                        blowup_time=blow_t, kind=kind, message=message)
+    return GaussianFlow(
+        t=np.asarray(tt),
+        mean=Y[:, :d].copy(),
+        cov=(cov + cov.transpose(0, 2, 1)) / 2,
+        blowup_time=blow_t,
+        kind=kind,
+        message=message,
+    )
 
 
 @dataclass
 class CovarianceFlow:
     """Many zero-mean softmax covariance flows integrated together."""
 
-    t: np.ndarray            #: (m,)
-    cov: np.ndarray          #: (m, B, d, d); frozen after a member explodes
-    exploded: np.ndarray     #: (B,) bool: trace exceeded ``max_trace``
-    explode_time: np.ndarray  #: (B,) first output time with trace > max_trace (inf if never)
+    t: np.ndarray  #: (m,)
+    cov: np.ndarray  #: (m, B, d, d); frozen after a member explodes
+    exploded: np.ndarray  #: (B,) bool: trace exceeded ``max_trace``
+    explode_time: (
+        np.ndarray
+    )  #: (B,) first output time with trace > max_trace (inf if never)
 
 
-def covariance_flow(cov0, t, *, A, V=None, max_trace: float = 1e3, rtol: float = 1e-8,
-                    atol: float = 1e-10, device=None) -> CovarianceFlow:
+def covariance_flow(
+    cov0,
+    t,
+    *,
+    A,
+    V=None,
+    max_trace: float = 1e3,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    device=None,
+) -> CovarianceFlow:
     r"""Batched :math:`\dot\Sigma = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top` for ``B`` systems.
 
     ``cov0``: ``(B, d, d)`` (or ``(d, d)``); ``A``, ``V``: ``(d, d)`` shared or ``(B, d, d)``.
@@ -180,28 +245,46 @@ def covariance_flow(cov0, t, *, A, V=None, max_trace: float = 1e3, rtol: float =
     if S0.ndim == 2:
         S0 = S0[None]
     if S0.ndim != 3 or S0.shape[-1] != S0.shape[-2]:
-        raise ValueError(f"cov0 must be (B, d, d) or (d, d), got shape {tuple(S0.shape)}")
+        raise ValueError(
+            f"cov0 must be (B, d, d) or (d, d), got shape {tuple(S0.shape)}"
+        )
     for i in range(S0.shape[0]):
         check_covariance(S0[i].numpy(), f"cov0[{i}]")
     d = S0.shape[-1]
     Am = torch.as_tensor(_to_numpy(A, "A"))
-    Vm = torch.eye(d, dtype=torch.float64) if V is None else torch.as_tensor(_to_numpy(V, "V"))
+    Vm = (
+        torch.eye(d, dtype=torch.float64)
+        if V is None
+        else torch.as_tensor(_to_numpy(V, "V"))
+    )
     for M, name in ((Am, "A"), (Vm, "V")):
-        if M.shape[-2:] != (d, d) or M.ndim not in (2, 3) or (M.ndim == 3 and M.shape[0] != S0.shape[0]):
-            raise ValueError(f"{name} must be ({d}, {d}) or ({S0.shape[0]}, {d}, {d}), got {tuple(M.shape)}")
+        if (
+            M.shape[-2:] != (d, d)
+            or M.ndim not in (2, 3)
+            or (M.ndim == 3 and M.shape[0] != S0.shape[0])
+        ):
+            raise ValueError(
+                f"{name} must be ({d}, {d}) or ({S0.shape[0]}, {d}, {d}), got {tuple(M.shape)}"
+            )
     times = check_times(t)
     dev = device if device is not None else "cpu"
     S0, Am, Vm = S0.to(dev), Am.to(dev), Vm.to(dev)
 
     def rhs(_t, S):
-        alive = (S.diagonal(dim1=-2, dim2=-1).sum(-1) <= max_trace).to(S.dtype)[:, None, None]
+        alive = (S.diagonal(dim1=-2, dim2=-1).sum(-1) <= max_trace).to(S.dtype)[
+            :, None, None
+        ]
         R = Vm @ S @ Am @ S
         return (R + R.mT) * alive
 
-    traj = odeint_dopri5(rhs, S0, times, rtol=rtol, atol=atol, max_abs=max(1e8, 10 * max_trace))
+    traj = odeint_dopri5(
+        rhs, S0, times, rtol=rtol, atol=atol, max_abs=max(1e8, 10 * max_trace)
+    )
     cov = traj.cpu().numpy()
-    tr = np.trace(cov, axis1=-2, axis2=-1)              # (m, B)
+    tr = np.trace(cov, axis1=-2, axis2=-1)  # (m, B)
     exploded = (tr > max_trace).any(0)
     first = np.where(exploded, np.argmax(tr > max_trace, axis=0), -1)
     explode_time = np.where(exploded, times[np.clip(first, 0, None)], math.inf)
-    return CovarianceFlow(t=times, cov=cov, exploded=exploded, explode_time=explode_time)
+    return CovarianceFlow(
+        t=times, cov=cov, exploded=exploded, explode_time=explode_time
+    )

@@ -25,10 +25,11 @@ Bures–Wasserstein gradient flow :math:`\dot\Sigma = -2(\nabla F\,\Sigma + \Sig
 **Geodesics.** :func:`displacement_interpolation` gives the :math:`W_2` geodesic between two
 clouds of equal size; :func:`gaussian_energy` the closed-form energy of a Gaussian.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -39,10 +40,21 @@ from .meanfield import optimal_matching
 from .particles import _check_x, _weights, interaction_energy
 from .symbolic import sinkhorn_cross_covariance
 
-__all__ = ["metric_tensor", "partition_gradient", "twisted_velocity", "metric_norm_sq",
-           "energy_rate", "EnergyBalance", "energy_balance", "gaussian_energy",
-           "displacement_interpolation", "sinkhorn_self_cost", "sinkhorn_self_cost_particles",
-           "symmetric_gradient_fd", "bures_wasserstein_rhs"]
+__all__ = [
+    "metric_tensor",
+    "partition_gradient",
+    "twisted_velocity",
+    "metric_norm_sq",
+    "energy_rate",
+    "EnergyBalance",
+    "energy_balance",
+    "gaussian_energy",
+    "displacement_interpolation",
+    "sinkhorn_self_cost",
+    "sinkhorn_self_cost_particles",
+    "symmetric_gradient_fd",
+    "bures_wasserstein_rhs",
+]
 
 
 def _square(M, name: str, d: int | None = None) -> torch.Tensor:
@@ -50,17 +62,23 @@ def _square(M, name: str, d: int | None = None) -> torch.Tensor:
     if t.dim() != 2 or t.shape[0] != t.shape[1]:
         raise ValueError(f"{name} must be a square matrix, got shape {tuple(t.shape)}")
     if d is not None and t.shape[0] != d:
-        raise ValueError(f"{name} must be {d}x{d} to match x's dimension, got {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must be {d}x{d} to match x's dimension, got {tuple(t.shape)}"
+        )
     return t
 
 
 def _symmetric_invertible(A: torch.Tensor, name: str = "A") -> torch.Tensor:
     scale = max(1.0, float(A.abs().max()))
     if float((A - A.T).abs().max()) > 1e-10 * scale:
-        raise ValueError(f"{name} must be symmetric for the energy structure (δE/δμ = Z needs it)")
+        raise ValueError(
+            f"{name} must be symmetric for the energy structure (δE/δμ = Z needs it)"
+        )
     ev = torch.linalg.eigvalsh((A + A.T) / 2)
     if float(ev.abs().min()) <= 1e-12 * scale:
-        raise ValueError(f"{name} must be invertible, smallest |eigenvalue| {float(ev.abs().min()):.3g}")
+        raise ValueError(
+            f"{name} must be invertible, smallest |eigenvalue| {float(ev.abs().min()):.3g}"
+        )
     return (A + A.T) / 2
 
 
@@ -82,8 +100,10 @@ def metric_tensor(A, V) -> tuple[np.ndarray, int]:
     elif float(ev.max()) < 0:
         s = -1
     else:
-        raise ValueError(f"V A^{{-1}} must be definite, its eigenvalues span [{float(ev.min()):.3g}, "
-                         f"{float(ev.max()):.3g}]")
+        raise ValueError(
+            f"V A^{{-1}} must be definite, its eigenvalues span [{float(ev.min()):.3g}, "
+            f"{float(ev.max()):.3g}]"
+        )
     return ((S + S.T) / 2).numpy(), s
 
 
@@ -103,7 +123,9 @@ def partition_gradient(x, *, A, weights=None):
     At = _square(A, "A", X.shape[-1]).to(X.device)
     query = X.detach().clone().requires_grad_(True)
     with torch.enable_grad():
-        Z = torch.exp((query @ At.T) @ X.detach().mT) @ w       # Z(q_i) = sum_j w_j e^{<A q_i, x_j>}
+        Z = (
+            torch.exp((query @ At.T) @ X.detach().mT) @ w
+        )  # Z(q_i) = sum_j w_j e^{<A q_i, x_j>}
         (gZ,) = torch.autograd.grad(Z.sum(), query)
     Z = Z.detach()
     if is_numpy:
@@ -131,7 +153,9 @@ def metric_norm_sq(x, v, *, A, V, weights=None):
     X, w = _cloud(x, weights)
     vt = check_finite(as_tensor(v, "v"), "v").to(X)
     if vt.shape != X.shape:
-        raise ValueError(f"v must have the shape of x {tuple(X.shape)}, got {tuple(vt.shape)}")
+        raise ValueError(
+            f"v must have the shape of x {tuple(X.shape)}, got {tuple(vt.shape)}"
+        )
     S, s = metric_tensor(A, V)
     Minv = torch.linalg.inv(torch.as_tensor(s * S)).to(X)
     Z, _ = partition_gradient(X, A=A, weights=weights)
@@ -149,7 +173,9 @@ def energy_rate(x, v, *, A, weights=None):
     X, w = _cloud(x, weights)
     vt = check_finite(as_tensor(v, "v"), "v").to(X)
     if vt.shape != X.shape:
-        raise ValueError(f"v must have the shape of x {tuple(X.shape)}, got {tuple(vt.shape)}")
+        raise ValueError(
+            f"v must have the shape of x {tuple(X.shape)}, got {tuple(vt.shape)}"
+        )
     At = _square(A, "A", X.shape[-1])
     Xg = X.detach().clone().requires_grad_(True)
     with torch.enable_grad():
@@ -163,11 +189,13 @@ class EnergyBalance:
     """Energy along a particle trajectory and its predicted change ``s ∫ ‖Γ‖²_g dt``."""
 
     def __init__(self, t, x, energy, dissipated, sign):
-        self.t = t                    #: (m,) times
-        self.x = x                    #: (m, ..., n, d) positions
-        self.energy = energy          #: (m, ...) E(μ_n(t))
-        self.dissipated = dissipated  #: (m, ...) s ∫_0^t ‖Γ‖²_g, integrated with the positions
-        self.sign = sign              #: s
+        self.t = t  #: (m,) times
+        self.x = x  #: (m, ..., n, d) positions
+        self.energy = energy  #: (m, ...) E(μ_n(t))
+        self.dissipated = (
+            dissipated  #: (m, ...) s ∫_0^t ‖Γ‖²_g, integrated with the positions
+        )
+        self.sign = sign  #: s
 
     @property
     def residual(self) -> np.ndarray:
@@ -175,7 +203,9 @@ class EnergyBalance:
         return self.energy - self.energy[0] - self.dissipated
 
 
-def energy_balance(x0, t, *, A, V, step: float = 0.01, progress: bool | None = None) -> EnergyBalance:
+def energy_balance(
+    x0, t, *, A, V, step: float = 0.01, progress: bool | None = None
+) -> EnergyBalance:
     r"""Integrate the softmax particles together with :math:`q(t) = s\int_0^t\|\Gamma\|^2_g`.
 
     The augmented state :math:`(X, q)` is integrated by RK4 (step ``step``), so :math:`q` carries
@@ -192,14 +222,19 @@ def energy_balance(x0, t, *, A, V, step: float = 0.01, progress: bool | None = N
 
     def rhs(_t, state):
         X = state[..., :-1].reshape(*state.shape[:-1], n, d)
-        P = torch.softmax((X @ At.T) @ X.mT, dim=-1)          # softmax velocity, uniform masses
+        P = torch.softmax((X @ At.T) @ X.mT, dim=-1)  # softmax velocity, uniform masses
         v = P @ X @ Vt.T
         Z = torch.exp((X @ At.T) @ X.mT) @ w
         q = s * (w * Z * ((v @ Minv) * v).sum(-1)).sum(-1)
         return torch.cat([v.reshape(*state.shape[:-1], n * d), q[..., None]], dim=-1)
 
-    state0 = torch.cat([X0.reshape(*X0.shape[:-2], n * d),
-                        torch.zeros(*X0.shape[:-2], 1, dtype=X0.dtype)], dim=-1)
+    state0 = torch.cat(
+        [
+            X0.reshape(*X0.shape[:-2], n * d),
+            torch.zeros(*X0.shape[:-2], 1, dtype=X0.dtype),
+        ],
+        dim=-1,
+    )
     traj = odeint(rhs, state0, times, method="rk4", step=step, progress=progress)
     X = traj[..., :-1].reshape(len(times), *X0.shape)
     E = interaction_energy(X, A=At)
@@ -224,7 +259,9 @@ def gaussian_energy(mean, cov, A) -> float:
     Am = np.asarray(A, float)
     d = m.shape[0] if m.ndim == 1 else -1
     if m.ndim != 1 or S.shape != (d, d) or Am.shape != (d, d):
-        raise ValueError(f"mean must be (d,), cov and A (d, d); got {m.shape}, {S.shape}, {Am.shape}")
+        raise ValueError(
+            f"mean must be (d,), cov and A (d, d); got {m.shape}, {S.shape}, {Am.shape}"
+        )
     if not np.allclose(S, S.T, atol=1e-10) or np.linalg.eigvalsh(S).min() < -1e-12:
         raise ValueError("cov must be symmetric positive semi-definite")
     w, U = np.linalg.eigh(S)
@@ -247,7 +284,9 @@ def displacement_interpolation(x, y, t):
     """
     X, Y = np.asarray(x, float), np.asarray(y, float)
     if X.ndim != 2 or X.shape != Y.shape:
-        raise ValueError(f"x and y must be clouds (n, d) of the same shape, got {X.shape}, {Y.shape}")
+        raise ValueError(
+            f"x and y must be clouds (n, d) of the same shape, got {X.shape}, {Y.shape}"
+        )
     Ym = Y[optimal_matching(X, Y)]
     tt = np.atleast_1d(np.asarray(t, float))
     return X[None] + tt[:, None, None] * (Ym - X)[None]
@@ -265,7 +304,9 @@ def sinkhorn_self_cost(cov, A) -> float:
     S = np.asarray(cov, float)
     Am = np.asarray(A, float)
     if S.ndim != 2 or S.shape[0] != S.shape[1] or Am.shape != S.shape:
-        raise ValueError(f"cov and A must be square matrices of the same size, got {S.shape}, {Am.shape}")
+        raise ValueError(
+            f"cov and A must be square matrices of the same size, got {S.shape}, {Am.shape}"
+        )
     if not np.allclose(S, S.T, atol=1e-12) or np.linalg.eigvalsh(S).min() <= 0:
         raise ValueError("cov must be symmetric positive definite")
     CT = sinkhorn_cross_covariance(S, Am)
@@ -273,7 +314,9 @@ def sinkhorn_self_cost(cov, A) -> float:
     Mx = np.linalg.solve(S, CT) @ np.linalg.solve(S, C)
     sign, logdet = np.linalg.slogdet(np.eye(len(S)) - Mx)
     if sign <= 0:
-        raise ValueError("the plan is degenerate (I - Σ⁻¹CᵀΣ⁻¹C is not positive definite)")
+        raise ValueError(
+            "the plan is degenerate (I - Σ⁻¹CᵀΣ⁻¹C is not positive definite)"
+        )
     return float(0.5 * (-np.trace(Am @ C) - 0.5 * logdet))
 
 
@@ -285,6 +328,7 @@ def sinkhorn_self_cost_particles(x, A, *, tol: float = 1e-11) -> float:
     Converges to :func:`sinkhorn_self_cost` for Gaussian samples as :math:`n\to\infty`.
     """
     from .particles import attention_matrix
+
     X = _check_x(x).to(torch.float64)
     if X.dim() != 2:
         raise ValueError(f"x must be one cloud (n, d), got shape {tuple(X.shape)}")
@@ -297,7 +341,9 @@ def sinkhorn_self_cost_particles(x, A, *, tol: float = 1e-11) -> float:
     return float(0.5 * ((-L * pi).sum() + kl))
 
 
-def symmetric_gradient_fd(f: Callable[[np.ndarray], float], S, h: float = 1e-5) -> np.ndarray:
+def symmetric_gradient_fd(
+    f: Callable[[np.ndarray], float], S, h: float = 1e-5
+) -> np.ndarray:
     r"""Central finite-difference gradient of ``f`` over symmetric matrices.
 
     The symmetric :math:`G` with :math:`f(S + H) = f(S) + \operatorname{tr}(GH) + O(|H|^2)` for
@@ -324,5 +370,7 @@ def bures_wasserstein_rhs(cov, grad) -> np.ndarray:
     r"""The Bures–Wasserstein gradient-flow velocity :math:`-2(G\Sigma + \Sigma G)` for :math:`G = \nabla F(\Sigma)`."""
     S, G = np.asarray(cov, float), np.asarray(grad, float)
     if S.shape != G.shape or S.ndim != 2:
-        raise ValueError(f"cov and grad must be square matrices of the same shape, got {S.shape}, {G.shape}")
+        raise ValueError(
+            f"cov and grad must be square matrices of the same shape, got {S.shape}, {G.shape}"
+        )
     return -2 * (G @ S + S @ G)

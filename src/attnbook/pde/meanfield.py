@@ -22,6 +22,7 @@ and its rate in :math:`n` is the rate of empirical measures. The tools here meas
   part of the particle Jacobian (in the :math:`w`-weighted inner product), so
   :math:`W_2(t) \le D(t) \le e^{\int_0^t \Lambda} D(0)`.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,9 +36,17 @@ from scipy.stats import norm
 from ..validation import as_float64_array, as_tensor, check_finite
 from .particles import _check_x, _interaction, _prepare
 
-__all__ = ["w2_to_gaussian_1d", "gelbrich_distance", "w2_particles_batch", "RateFit",
-           "fit_rate", "particle_jacobian", "one_sided_lipschitz", "coupling_distance",
-           "optimal_matching"]
+__all__ = [
+    "w2_to_gaussian_1d",
+    "gelbrich_distance",
+    "w2_particles_batch",
+    "RateFit",
+    "fit_rate",
+    "particle_jacobian",
+    "one_sided_lipschitz",
+    "coupling_distance",
+    "optimal_matching",
+]
 
 
 _numpy = as_float64_array  # tensors, arrays or lists → finite float64 arrays
@@ -56,10 +65,12 @@ def w2_to_gaussian_1d(x, mean, var) -> np.ndarray:
     :math:`z_i = \Phi^{-1}(i/n)` (so :math:`\varphi(z_0) = \varphi(z_n) = 0`).
     """
     X = _numpy(x, "x")
-    if X.ndim >= 2 and X.shape[-1] == 1:            # (..., n, 1) -> (..., n)
+    if X.ndim >= 2 and X.shape[-1] == 1:  # (..., n, 1) -> (..., n)
         X = X[..., 0]
     if X.ndim < 1 or X.shape[-1] < 1:
-        raise ValueError(f"x must be a 1-D cloud (..., n) or (..., n, 1), got shape {X.shape}")
+        raise ValueError(
+            f"x must be a 1-D cloud (..., n) or (..., n, 1), got shape {X.shape}"
+        )
     m, v = _numpy(mean, "mean"), _numpy(var, "var")
     if np.any(v <= 0):
         raise ValueError("var must be positive")
@@ -70,7 +81,7 @@ def w2_to_gaussian_1d(x, mean, var) -> np.ndarray:
     Xs = np.sort(X, axis=-1)
     first = m * Xs.mean(-1)
     second = (Xs * (phi[:-1] - phi[1:])).sum(-1) * np.sqrt(v)
-    w2sq = (Xs ** 2).mean(-1) - 2 * (first + second) + m ** 2 + v
+    w2sq = (Xs**2).mean(-1) - 2 * (first + second) + m**2 + v
     return np.sqrt(np.maximum(w2sq, 0.0))
 
 
@@ -93,7 +104,9 @@ def gelbrich_distance(x, mean, cov) -> np.ndarray:
     d = X.shape[-1]
     m, S = _numpy(mean, "mean"), _numpy(cov, "cov")
     if m.shape[-1:] != (d,) or S.shape[-2:] != (d, d):
-        raise ValueError(f"mean must be (d,) and cov (d, d) with d = {d}, got {m.shape}, {S.shape}")
+        raise ValueError(
+            f"mean must be (d,) and cov (d, d) with d = {d}, got {m.shape}, {S.shape}"
+        )
     mu = X.mean(-2)
     Z = X - mu[..., None, :]
     C = np.swapaxes(Z, -1, -2) @ Z / X.shape[-2]
@@ -110,14 +123,24 @@ def w2_particles_batch(x, y) -> np.ndarray:
     batched solver: this loops over the batch with POT's network simplex (``ot.emd2``).
     """
     import ot
+
     X, Y = _numpy(x, "x"), _numpy(y, "y")
-    if X.ndim < 2 or Y.ndim < 2 or X.shape[:-2] != Y.shape[:-2] or X.shape[-1] != Y.shape[-1]:
-        raise ValueError(f"x and y must be (..., n, d) and (..., m, d) with the same batch and d, "
-                         f"got {X.shape} and {Y.shape}")
+    if (
+        X.ndim < 2
+        or Y.ndim < 2
+        or X.shape[:-2] != Y.shape[:-2]
+        or X.shape[-1] != Y.shape[-1]
+    ):
+        raise ValueError(
+            f"x and y must be (..., n, d) and (..., m, d) with the same batch and d, "
+            f"got {X.shape} and {Y.shape}"
+        )
     batch = X.shape[:-2]
     Xf, Yf = X.reshape(-1, *X.shape[-2:]), Y.reshape(-1, *Y.shape[-2:])
     a, b = np.full(X.shape[-2], 1 / X.shape[-2]), np.full(Y.shape[-2], 1 / Y.shape[-2])
-    out = np.array([ot.emd2(a, b, ot.dist(xb, yb), numItermax=1_000_000) for xb, yb in zip(Xf, Yf)])
+    out = np.array(
+        [ot.emd2(a, b, ot.dist(xb, yb), numItermax=1_000_000) for xb, yb in zip(Xf, Yf)]
+    )
     return np.sqrt(np.maximum(out, 0.0)).reshape(batch)
 
 
@@ -125,11 +148,11 @@ def w2_particles_batch(x, y) -> np.ndarray:
 class RateFit:
     r"""A power law :math:`\text{error} \approx c\, n^{\text{slope}}` fitted on log–log axes."""
 
-    slope: float           #: fitted exponent
-    prefactor: float       #: c
-    stderr: float          #: standard error of the slope (least squares; nan with 2 points)
-    n: np.ndarray          #: the sizes
-    values: np.ndarray     #: the (seed-averaged) errors that were fitted
+    slope: float  #: fitted exponent
+    prefactor: float  #: c
+    stderr: float  #: standard error of the slope (least squares; nan with 2 points)
+    n: np.ndarray  #: the sizes
+    values: np.ndarray  #: the (seed-averaged) errors that were fitted
 
     def __call__(self, n) -> np.ndarray:
         return self.prefactor * np.asarray(n, float) ** self.slope
@@ -145,7 +168,9 @@ def fit_rate(n, values) -> RateFit:
     if N.ndim != 1 or len(N) < 2 or np.any(N <= 0):
         raise ValueError(f"n must be at least two positive sizes, got {N}")
     if Y.shape[0] != len(N) or Y.ndim not in (1, 2):
-        raise ValueError(f"values must be (len(n),) or (len(n), seeds), got shape {Y.shape}")
+        raise ValueError(
+            f"values must be (len(n),) or (len(n), seeds), got shape {Y.shape}"
+        )
     if Y.ndim == 2:
         Y = Y.mean(1)
     if np.any(Y <= 0):
@@ -154,14 +179,27 @@ def fit_rate(n, values) -> RateFit:
     slope, icpt = np.polyfit(lx, ly, 1)
     if len(N) > 2:
         res = ly - (icpt + slope * lx)
-        stderr = float(np.sqrt(res @ res / (len(N) - 2) / ((lx - lx.mean()) ** 2).sum()))
+        stderr = float(
+            np.sqrt(res @ res / (len(N) - 2) / ((lx - lx.mean()) ** 2).sum())
+        )
     else:
         stderr = math.nan
     return RateFit(float(slope), float(np.exp(icpt)), stderr, N, Y)
 
 
-def particle_jacobian(x, *, kind: str = "softmax", A=None, V=None, Q=None, K=None, heads=None,
-                      causal: bool = False, weights=None, bias: float = 0.0):
+def particle_jacobian(
+    x,
+    *,
+    kind: str = "softmax",
+    A=None,
+    V=None,
+    Q=None,
+    K=None,
+    heads=None,
+    causal: bool = False,
+    weights=None,
+    bias: float = 0.0,
+):
     r"""Jacobian of the particle velocity field :math:`X \mapsto (\Gamma_{\mu_X}(x_i))_i`.
 
     ``x``: ``(n, d)`` or batched ``(..., n, d)``; returns ``(..., n d, n d)`` with rows and columns
@@ -203,20 +241,24 @@ def _softmax_jacobian(X, p, w, causal, uniform) -> torch.Tensor:
     Memory :math:`O(n^2d^2)` instead of autograd's :math:`O(n^3 d)`.
     """
     n, d = X.shape[-2:]
-    P = _interaction(X, p, w, causal, 0.0, 0.0, 1, uniform)          # (..., H, n, n)
-    Xh = X.unsqueeze(-3)                                             # (..., 1, n, d)
-    Xk = Xh.unsqueeze(-3)                                            # (..., 1, 1, n, d)
-    m = P @ Xh                                                       # (..., H, n, d)
-    AX = Xh @ p.A.mT                                                 # (..., H, n, d): A x_i
-    diff = Xk - m.unsqueeze(-2)                              # (..., H, i, k, d): x_k - m_i
+    P = _interaction(X, p, w, causal, 0.0, 0.0, 1, uniform)  # (..., H, n, n)
+    Xh = X.unsqueeze(-3)  # (..., 1, n, d)
+    Xk = Xh.unsqueeze(-3)  # (..., 1, 1, n, d)
+    m = P @ Xh  # (..., H, n, d)
+    AX = Xh @ p.A.mT  # (..., H, n, d): A x_i
+    diff = Xk - m.unsqueeze(-2)  # (..., H, i, k, d): x_k - m_i
     I = torch.eye(d, dtype=X.dtype, device=X.device)
-    inner = I + diff.unsqueeze(-1) * AX.unsqueeze(-2).unsqueeze(-2)  # (..., H, i, k, d, d)
-    Vh = p.V[:, None, None]                                          # (H, 1, 1, d, d)
-    blocks = P[..., None, None] * (Vh @ inner)                       # (..., H, i, k, d, d)
-    C = (P.unsqueeze(-1) * Xk).mT @ Xk - m.unsqueeze(-1) * m.unsqueeze(-2)   # (..., H, n, d, d)
-    diag = p.V[:, None] @ C @ p.A[:, None]                           # (..., H, n, d, d)
+    inner = I + diff.unsqueeze(-1) * AX.unsqueeze(-2).unsqueeze(
+        -2
+    )  # (..., H, i, k, d, d)
+    Vh = p.V[:, None, None]  # (H, 1, 1, d, d)
+    blocks = P[..., None, None] * (Vh @ inner)  # (..., H, i, k, d, d)
+    C = (P.unsqueeze(-1) * Xk).mT @ Xk - m.unsqueeze(-1) * m.unsqueeze(
+        -2
+    )  # (..., H, n, d, d)
+    diag = p.V[:, None] @ C @ p.A[:, None]  # (..., H, n, d, d)
     idx = torch.arange(n, device=X.device)
-    blocks = blocks.sum(-5)                                          # heads add up
+    blocks = blocks.sum(-5)  # heads add up
     blocks[..., idx, idx, :, :] += diag.sum(-4)
     return blocks.transpose(-3, -2).reshape(*X.shape[:-2], n * d, n * d)
 
@@ -251,10 +293,15 @@ def coupling_distance(x, y, *, weights=None):
     is_numpy = isinstance(x, np.ndarray)
     X, Y = _check_x(x), _check_x(y)
     if X.shape != Y.shape:
-        raise ValueError(f"x and y must have the same shape, got {tuple(X.shape)} and {tuple(Y.shape)}")
+        raise ValueError(
+            f"x and y must have the same shape, got {tuple(X.shape)} and {tuple(Y.shape)}"
+        )
     n = X.shape[-2]
-    w = torch.full((n,), 1.0 / n, dtype=X.dtype) if weights is None else \
-        check_finite(as_tensor(weights, "weights"), "weights").to(X.dtype)
+    w = (
+        torch.full((n,), 1.0 / n, dtype=X.dtype)
+        if weights is None
+        else check_finite(as_tensor(weights, "weights"), "weights").to(X.dtype)
+    )
     if w.shape != (n,):
         raise ValueError(f"weights must have shape ({n},), got {tuple(w.shape)}")
     D = (((X - Y.to(X)) ** 2).sum(-1) * w.to(X.device)).sum(-1).sqrt()
@@ -271,7 +318,9 @@ def optimal_matching(x, y) -> np.ndarray:
     """
     X, Y = _numpy(x, "x"), _numpy(y, "y")
     if X.shape != Y.shape or X.ndim < 2:
-        raise ValueError(f"x and y must be clouds (..., n, d) of the same shape, got {X.shape}, {Y.shape}")
+        raise ValueError(
+            f"x and y must be clouds (..., n, d) of the same shape, got {X.shape}, {Y.shape}"
+        )
     Xf, Yf = X.reshape(-1, *X.shape[-2:]), Y.reshape(-1, *Y.shape[-2:])
     perms = []
     for xb, yb in zip(Xf, Yf):

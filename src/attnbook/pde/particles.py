@@ -36,6 +36,7 @@ Sinkhorn has no causal version (the only doubly stochastic lower-triangular matr
 Defaults: ``A = I`` (or ``Q = K = I``) and ``V = I``. Inputs may be NumPy arrays (the result is
 then NumPy) or tensors on any device; ``x`` is ``(n, d)`` or batched ``(..., n, d)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,17 +49,40 @@ import torch
 from ..attention import sinkhorn
 from ..device import default_device, resolve_generator
 from ..flows import BlowUpError, check_times, odeint
-from ..validation import (as_tensor, check_choice, check_finite, check_ndim, check_positive,
-                          check_positive_int)
+from ..validation import (
+    as_tensor,
+    check_choice,
+    check_finite,
+    check_ndim,
+    check_positive,
+    check_positive_int,
+)
 
-__all__ = ["KINDS", "AttentionParams", "resolve_params", "attention_matrix", "velocity",
-           "simulate", "interaction_energy", "partition_function", "sample_gaussian",
-           "sink_weights", "BlowUpError"]
+__all__ = [
+    "KINDS",
+    "AttentionParams",
+    "resolve_params",
+    "attention_matrix",
+    "velocity",
+    "simulate",
+    "interaction_energy",
+    "partition_function",
+    "sample_gaussian",
+    "sink_weights",
+    "BlowUpError",
+]
 
 KINDS = ("softmax", "l2", "sinkhorn", "sigmoid", "linear", "multihead")
-_ALIASES = {"multi-head": "multihead", "multi_head": "multihead",
-            "multi-head softmax": "multihead", "multihead_softmax": "multihead",
-            "multihead-softmax": "multihead", "ell2": "l2", "L2": "l2", "ℓ²": "l2"}
+_ALIASES = {
+    "multi-head": "multihead",
+    "multi_head": "multihead",
+    "multi-head softmax": "multihead",
+    "multihead_softmax": "multihead",
+    "multihead-softmax": "multihead",
+    "ell2": "l2",
+    "L2": "l2",
+    "ℓ²": "l2",
+}
 
 
 @dataclass
@@ -92,8 +116,18 @@ def _kind(kind) -> str:
     return check_choice(kind, "kind", KINDS)
 
 
-def resolve_params(d: int, *, kind: str, A=None, V=None, Q=None, K=None, heads=None,
-                   dtype=torch.float64, device="cpu") -> AttentionParams:
+def resolve_params(
+    d: int,
+    *,
+    kind: str,
+    A=None,
+    V=None,
+    Q=None,
+    K=None,
+    heads=None,
+    dtype=torch.float64,
+    device="cpu",
+) -> AttentionParams:
     """Check ``A, V, Q, K, heads`` against the token dimension ``d`` and stack them per head.
 
     Raises ``ValueError`` naming the argument for wrong shapes, both ``A`` and ``Q/K`` given,
@@ -112,29 +146,47 @@ def resolve_params(d: int, *, kind: str, A=None, V=None, Q=None, K=None, heads=N
         if A.dim() == 2:
             A = A[None]
         if A.dim() != 3 or A.shape[-1] != A.shape[-2]:
-            raise ValueError(f"A must be a square matrix (d, d) or a stack (heads, d, d), got shape "
-                             f"{tuple(A.shape)}")
+            raise ValueError(
+                f"A must be a square matrix (d, d) or a stack (heads, d, d), got shape "
+                f"{tuple(A.shape)}"
+            )
         if A.shape[-1] != d:
-            raise ValueError(f"A must be {d}x{d} to match x's dimension d = {d}, got shape {tuple(A.shape)}")
+            raise ValueError(
+                f"A must be {d}x{d} to match x's dimension d = {d}, got shape {tuple(A.shape)}"
+            )
         if heads is not None and A.shape[0] != heads:
-            raise ValueError(f"heads = {heads} disagrees with A's stack of {A.shape[0]} matrices")
-        G = torch.eye(d, dtype=dtype, device=device).expand_as(A).clone() if base == "l2" else None
+            raise ValueError(
+                f"heads = {heads} disagrees with A's stack of {A.shape[0]} matrices"
+            )
+        G = (
+            torch.eye(d, dtype=dtype, device=device).expand_as(A).clone()
+            if base == "l2"
+            else None
+        )
     elif Q is not None:
         Q = _matrix(Q, "Q", dtype, device)
         K = _matrix(K, "K", dtype, device)
         if Q.shape != K.shape:
-            raise ValueError(f"Q and K must have the same shape, got {tuple(Q.shape)} and {tuple(K.shape)}")
+            raise ValueError(
+                f"Q and K must have the same shape, got {tuple(Q.shape)} and {tuple(K.shape)}"
+            )
         if Q.dim() not in (2, 3) or Q.shape[-1] != d:
-            raise ValueError(f"Q and K must have shape (k, {d}) or (heads, k, {d}) to match x's "
-                             f"dimension d = {d}, got {tuple(Q.shape)}")
+            raise ValueError(
+                f"Q and K must have shape (k, {d}) or (heads, k, {d}) to match x's "
+                f"dimension d = {d}, got {tuple(Q.shape)}"
+            )
         if Q.dim() == 2:
             h = heads or 1
             if Q.shape[0] % h:
-                raise ValueError(f"heads = {h} must divide the number of rows of Q and K ({Q.shape[0]})")
+                raise ValueError(
+                    f"heads = {h} must divide the number of rows of Q and K ({Q.shape[0]})"
+                )
             Q = Q.reshape(h, Q.shape[0] // h, d)
             K = K.reshape(h, K.shape[0] // h, d)
         elif heads is not None and Q.shape[0] != heads:
-            raise ValueError(f"heads = {heads} disagrees with the {Q.shape[0]} heads stacked in Q and K")
+            raise ValueError(
+                f"heads = {heads} disagrees with the {Q.shape[0]} heads stacked in Q and K"
+            )
         KtQ = K.mT @ Q
         if base == "l2":
             A, G = KtQ, K.mT @ K
@@ -152,16 +204,26 @@ def resolve_params(d: int, *, kind: str, A=None, V=None, Q=None, K=None, heads=N
         if V.dim() == 2:
             V = V[None].expand(H, *V.shape)
         if V.dim() != 3 or V.shape[-2:] != (d, d):
-            raise ValueError(f"V must be {d}x{d} (or a stack ({H}, {d}, {d})), got shape {tuple(V.shape)}")
+            raise ValueError(
+                f"V must be {d}x{d} (or a stack ({H}, {d}, {d})), got shape {tuple(V.shape)}"
+            )
         if V.shape[0] != H:
-            raise ValueError(f"V must have one matrix per head ({H}), got a stack of {V.shape[0]}")
+            raise ValueError(
+                f"V must have one matrix per head ({H}), got a stack of {V.shape[0]}"
+            )
     return AttentionParams(kind=base, A=A, V=V, G=G)
 
 
-def sink_weights(n: int, sink_mass: float, *, dtype=torch.float64, device="cpu") -> torch.Tensor:
+def sink_weights(
+    n: int, sink_mass: float, *, dtype=torch.float64, device="cpu"
+) -> torch.Tensor:
     """Particle masses with an attention sink: token 0 carries ``sink_mass``, the others share the rest."""
     n = check_positive_int(n, "n", minimum=2)
-    if isinstance(sink_mass, bool) or not isinstance(sink_mass, numbers.Real) or not 0 <= sink_mass < 1:
+    if (
+        isinstance(sink_mass, bool)
+        or not isinstance(sink_mass, numbers.Real)
+        or not 0 <= sink_mass < 1
+    ):
         raise ValueError(f"sink_mass must be a number in [0, 1), got {sink_mass!r}")
     if sink_mass == 0:
         return torch.full((n,), 1.0 / n, dtype=dtype, device=device)
@@ -174,11 +236,18 @@ def _weights(n: int, weights, sink_mass, dtype, device) -> torch.Tensor:
     if weights is not None and sink_mass:
         raise ValueError("give either weights or sink_mass, not both")
     if weights is None:
-        return sink_weights(n, sink_mass or 0.0, dtype=dtype, device=device) if n >= 2 else \
-            torch.ones(1, dtype=dtype, device=device)
-    w = check_finite(as_tensor(weights, "weights"), "weights").to(dtype=dtype, device=device)
+        return (
+            sink_weights(n, sink_mass or 0.0, dtype=dtype, device=device)
+            if n >= 2
+            else torch.ones(1, dtype=dtype, device=device)
+        )
+    w = check_finite(as_tensor(weights, "weights"), "weights").to(
+        dtype=dtype, device=device
+    )
     if w.shape != (n,):
-        raise ValueError(f"weights must have shape ({n},) (one mass per token), got {tuple(w.shape)}")
+        raise ValueError(
+            f"weights must have shape ({n},) (one mass per token), got {tuple(w.shape)}"
+        )
     if bool((w <= 0).any()):
         raise ValueError("weights must be positive")
     if abs(float(w.sum()) - 1) > 1e-6:
@@ -196,40 +265,65 @@ def _prepare(x, kind, A, V, Q, K, heads, causal, weights, sink_mass, bias, param
     X = _check_x(x)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if isinstance(bias, bool) or not isinstance(bias, numbers.Real) or not math.isfinite(bias):
+    if (
+        isinstance(bias, bool)
+        or not isinstance(bias, numbers.Real)
+        or not math.isfinite(bias)
+    ):
         raise TypeError(f"bias must be a finite real number, got {bias!r}")
     n, d = X.shape[-2], X.shape[-1]
-    p = params if params is not None else resolve_params(
-        d, kind=kind, A=A, V=V, Q=Q, K=K, heads=heads, dtype=X.dtype, device=X.device)
+    p = (
+        params
+        if params is not None
+        else resolve_params(
+            d,
+            kind=kind,
+            A=A,
+            V=V,
+            Q=Q,
+            K=K,
+            heads=heads,
+            dtype=X.dtype,
+            device=X.device,
+        )
+    )
     if causal and p.kind == "sinkhorn":
-        raise ValueError("kind 'sinkhorn' has no causal version: the only doubly stochastic "
-                         "lower-triangular matrix is the identity")
+        raise ValueError(
+            "kind 'sinkhorn' has no causal version: the only doubly stochastic "
+            "lower-triangular matrix is the identity"
+        )
     w = _weights(n, weights, sink_mass, X.dtype, X.device)
     return X, p, w
 
 
 def _sinkhorn_options(dtype, tol, max_iter):
     tol = tol if tol is not None else (1e-10 if dtype == torch.float64 else 1e-5)
-    return check_positive(tol, "sinkhorn_tol"), check_positive_int(max_iter, "sinkhorn_max_iter")
+    return check_positive(tol, "sinkhorn_tol"), check_positive_int(
+        max_iter, "sinkhorn_max_iter"
+    )
 
 
 def _logits(X: torch.Tensor, p: AttentionParams) -> torch.Tensor:
     r"""Scores :math:`\langle A_h x_i, x_j\rangle` (ℓ²: :math:`2\langle K_h^\top Q_h x_i, x_j\rangle - |K_h x_j|^2`)."""
-    Xh = X.unsqueeze(-3)                                  # (..., 1, n, d)
-    L = (Xh @ p.A.mT) @ Xh.mT                             # (..., H, n, n)
+    Xh = X.unsqueeze(-3)  # (..., 1, n, d)
+    L = (Xh @ p.A.mT) @ Xh.mT  # (..., H, n, n)
     if p.kind == "l2":
         # -|Q x_i - K x_j|^2 = -|Q x_i|^2 + 2<K^T Q x_i, x_j> - |K x_j|^2; the first term is
         # constant along row i and cancels in the normalisation over j.
-        key_sq = ((Xh @ p.G) * Xh).sum(-1)                # x_j^T K^T K x_j, (..., H, n)
+        key_sq = ((Xh @ p.G) * Xh).sum(-1)  # x_j^T K^T K x_j, (..., H, n)
         L = 2 * L - key_sq.unsqueeze(-2)
     return L
 
 
-def _interaction(X, p, w, causal, bias, sink_tol, sink_iter, uniform: bool) -> torch.Tensor:
+def _interaction(
+    X, p, w, causal, bias, sink_tol, sink_iter, uniform: bool
+) -> torch.Tensor:
     """The matrices :math:`P^h_{ij}` (see :func:`attention_matrix`)."""
     n = X.shape[-2]
     L = _logits(X, p)
-    mask = torch.ones(n, n, dtype=torch.bool, device=X.device).tril() if causal else None
+    mask = (
+        torch.ones(n, n, dtype=torch.bool, device=X.device).tril() if causal else None
+    )
     if p.kind == "sinkhorn":
         # the plan from μ to itself, each token carrying its mass w_i (attention.sinkhorn)
         return sinkhorn(L, log_marginal=w.log(), n_iters=sink_iter, tol=sink_tol).plan
@@ -245,15 +339,17 @@ def _interaction(X, p, w, causal, bias, sink_tol, sink_iter, uniform: bool) -> t
 
 def _field(X, p, w, causal, bias, sink_tol, sink_iter, sphere, uniform) -> torch.Tensor:
     """The velocity of every token; the unmasked softmax/ℓ² path avoids forming P (2x faster)."""
-    XV = X.unsqueeze(-3) @ p.V.mT                         # (..., H, n, d): V_h x_j
+    XV = X.unsqueeze(-3) @ p.V.mT  # (..., H, n, d): V_h x_j
     if p.kind in ("softmax", "l2") and not causal:
         # Rows of P in blocks of ~2^21 entries: the n x n matrix is never held at once, so large
         # n stays in cache instead of allocating (and page-faulting) a fresh n x n buffer per call.
         Xh = X.unsqueeze(-3)
-        AX = Xh @ p.A.mT                                  # rows A_h x_i (ℓ²: K^T Q x_i)
+        AX = Xh @ p.A.mT  # rows A_h x_i (ℓ²: K^T Q x_i)
         bias_j = None
         if p.kind == "l2":
-            bias_j = -((Xh @ p.G) * Xh).sum(-1).unsqueeze(-2)  # -|K x_j|^2, (..., H, 1, n)
+            bias_j = (
+                -((Xh @ p.G) * Xh).sum(-1).unsqueeze(-2)
+            )  # -|K x_j|^2, (..., H, 1, n)
             AX = 2 * AX
         if not uniform:
             bias_j = w.log() if bias_j is None else bias_j + w.log()
@@ -261,24 +357,37 @@ def _field(X, p, w, causal, bias, sink_tol, sink_iter, sphere, uniform) -> torch
         rows = max(1, (1 << 21) // max(1, n * p.heads * max(1, X[..., 0, 0].numel())))
         parts = []
         for r0 in range(0, n, rows):
-            L = AX[..., r0:r0 + rows, :] @ Xh.mT          # (..., H, rows, n)
+            L = AX[..., r0 : r0 + rows, :] @ Xh.mT  # (..., H, rows, n)
             if bias_j is not None:
                 L += bias_j
-            L -= L.amax(-1, keepdim=True)                 # stable exponentials
+            L -= L.amax(-1, keepdim=True)  # stable exponentials
             E = L.exp_()
             parts.append((E @ XV) / E.sum(-1, keepdim=True))
         out = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)).sum(-3)
     else:
         P = _interaction(X, p, w, causal, bias, sink_tol, sink_iter, uniform)
-        out = (P @ XV).sum(-3)                            # sum_h P^h X V_h^T
+        out = (P @ XV).sum(-3)  # sum_h P^h X V_h^T
     if sphere:
         out = out - (out * X).sum(-1, keepdim=True) * X / (X * X).sum(-1, keepdim=True)
     return out
 
 
-def attention_matrix(x, *, kind: str, A=None, V=None, Q=None, K=None, heads=None,
-                     causal: bool = False, weights=None, sink_mass: float = 0.0, bias: float = 0.0,
-                     sinkhorn_tol: float | None = None, sinkhorn_max_iter: int = 2000):
+def attention_matrix(
+    x,
+    *,
+    kind: str,
+    A=None,
+    V=None,
+    Q=None,
+    K=None,
+    heads=None,
+    causal: bool = False,
+    weights=None,
+    sink_mass: float = 0.0,
+    bias: float = 0.0,
+    sinkhorn_tol: float | None = None,
+    sinkhorn_max_iter: int = 2000,
+):
     r"""The interaction matrices :math:`P^h_{ij}` with :math:`\dot x_i = \sum_h \sum_j P^h_{ij} V_h x_j`.
 
     Shape ``(..., H, n, n)``. Rows sum to one for softmax, ℓ², Sinkhorn and multihead
@@ -289,13 +398,29 @@ def attention_matrix(x, *, kind: str, A=None, V=None, Q=None, K=None, heads=None
     is_numpy = isinstance(x, np.ndarray)
     X, p, w = _prepare(x, kind, A, V, Q, K, heads, causal, weights, sink_mass, bias)
     tol, it = _sinkhorn_options(X.dtype, sinkhorn_tol, sinkhorn_max_iter)
-    P = _interaction(X, p, w, causal, bias, tol, it, uniform=weights is None and not sink_mass)
+    P = _interaction(
+        X, p, w, causal, bias, tol, it, uniform=weights is None and not sink_mass
+    )
     return P.cpu().numpy() if is_numpy else P
 
 
-def velocity(x, *, kind: str, A=None, V=None, Q=None, K=None, heads=None, causal: bool = False,
-             weights=None, sink_mass: float = 0.0, bias: float = 0.0, sphere: bool = False,
-             sinkhorn_tol: float | None = None, sinkhorn_max_iter: int = 2000):
+def velocity(
+    x,
+    *,
+    kind: str,
+    A=None,
+    V=None,
+    Q=None,
+    K=None,
+    heads=None,
+    causal: bool = False,
+    weights=None,
+    sink_mass: float = 0.0,
+    bias: float = 0.0,
+    sphere: bool = False,
+    sinkhorn_tol: float | None = None,
+    sinkhorn_max_iter: int = 2000,
+):
     r"""Velocity :math:`\Gamma_{\mu_n}(x_i) = \sum_h \sum_j P^h_{ij} V_h x_j` of every token.
 
     ``x``: ``(n, d)`` or ``(..., n, d)`` (NumPy in → NumPy out). ``kind`` is one of
@@ -310,15 +435,45 @@ def velocity(x, *, kind: str, A=None, V=None, Q=None, K=None, heads=None, causal
         raise TypeError(f"sphere must be a bool, got {type(sphere).__name__}")
     X, p, w = _prepare(x, kind, A, V, Q, K, heads, causal, weights, sink_mass, bias)
     tol, it = _sinkhorn_options(X.dtype, sinkhorn_tol, sinkhorn_max_iter)
-    out = _field(X, p, w, causal, bias, tol, it, sphere, uniform=weights is None and not sink_mass)
+    out = _field(
+        X,
+        p,
+        w,
+        causal,
+        bias,
+        tol,
+        it,
+        sphere,
+        uniform=weights is None and not sink_mass,
+    )
     return out.cpu().numpy() if is_numpy else out
 
 
-def simulate(x0, t, *, kind: str, A=None, V=None, Q=None, K=None, heads=None, causal: bool = False,
-             weights=None, sink_mass: float = 0.0, bias: float = 0.0, sphere: bool = False,
-             method: str = "rk4", step: float = 0.01, rtol: float = 1e-6, atol: float = 1e-9,
-             max_abs: float = 1e8, sinkhorn_tol: float | None = None, sinkhorn_max_iter: int = 2000,
-             device=None, progress: bool | None = None):
+def simulate(
+    x0,
+    t,
+    *,
+    kind: str,
+    A=None,
+    V=None,
+    Q=None,
+    K=None,
+    heads=None,
+    causal: bool = False,
+    weights=None,
+    sink_mass: float = 0.0,
+    bias: float = 0.0,
+    sphere: bool = False,
+    method: str = "rk4",
+    step: float = 0.01,
+    rtol: float = 1e-6,
+    atol: float = 1e-9,
+    max_abs: float = 1e8,
+    sinkhorn_tol: float | None = None,
+    sinkhorn_max_iter: int = 2000,
+    device=None,
+    progress: bool | None = None,
+):
     r"""Token positions :math:`x_i(t)` of :math:`\dot x_i = \Gamma_{\mu_n(t)}(x_i)` at the times ``t``.
 
     ``x0``: ``(n, d)`` or a batch ``(..., n, d)`` of independent systems, integrated together.
@@ -335,10 +490,14 @@ def simulate(x0, t, *, kind: str, A=None, V=None, Q=None, K=None, heads=None, ca
         raise TypeError(f"sphere must be a bool, got {type(sphere).__name__}")
     X0 = _check_x(x0)
     dev = default_device(device) if (device is not None or is_numpy) else X0.device
-    X0, p, w = _prepare(X0.to(dev), kind, A, V, Q, K, heads, causal, weights, sink_mass, bias)
+    X0, p, w = _prepare(
+        X0.to(dev), kind, A, V, Q, K, heads, causal, weights, sink_mass, bias
+    )
     times = check_times(t)
     if method not in ("rk4", "dopri5"):
-        raise ValueError(f"unknown method {method!r}; expected one of ('rk4', 'dopri5')")
+        raise ValueError(
+            f"unknown method {method!r}; expected one of ('rk4', 'dopri5')"
+        )
     tol, it = _sinkhorn_options(X0.dtype, sinkhorn_tol, sinkhorn_max_iter)
     uniform = weights is None and not sink_mass
 
@@ -353,7 +512,9 @@ def simulate(x0, t, *, kind: str, A=None, V=None, Q=None, K=None, heads=None, ca
     try:
         traj = odeint(rhs, X0, times, method=method, **opts)
     except BlowUpError as err:
-        raise BlowUpError(f"kind={p.kind!r}: {err}", err.time, err.partial, err.times) from None
+        raise BlowUpError(
+            f"kind={p.kind!r}: {err}", err.time, err.partial, err.times
+        ) from None
     return traj.cpu().numpy() if is_numpy else traj
 
 
@@ -383,9 +544,18 @@ def interaction_energy(x, *, A=None, weights=None):
     return E.cpu().numpy() if is_numpy else E
 
 
-def sample_gaussian(n: int, mean, cov, *, seed: int | None = None, generator=None,
-                    exact_moments: bool = False, batch: tuple[int, ...] = (),
-                    dtype=torch.float64, device=None) -> torch.Tensor:
+def sample_gaussian(
+    n: int,
+    mean,
+    cov,
+    *,
+    seed: int | None = None,
+    generator=None,
+    exact_moments: bool = False,
+    batch: tuple[int, ...] = (),
+    dtype=torch.float64,
+    device=None,
+) -> torch.Tensor:
     r"""``n`` draws of :math:`N(\text{mean}, \text{cov})`, shape ``(*batch, n, d)``, seeded.
 
     ``exact_moments=True`` recentres and rewhitens each cloud so that its empirical mean and
@@ -400,13 +570,17 @@ def sample_gaussian(n: int, mean, cov, *, seed: int | None = None, generator=Non
         raise ValueError(f"mean must be a vector (d,), got shape {tuple(m.shape)}")
     d = m.shape[0]
     if C.shape != (d, d):
-        raise ValueError(f"cov must be {d}x{d} to match mean, got shape {tuple(C.shape)}")
+        raise ValueError(
+            f"cov must be {d}x{d} to match mean, got shape {tuple(C.shape)}"
+        )
     if not torch.allclose(C, C.mT, atol=1e-10, rtol=1e-8):
         raise ValueError("cov must be symmetric")
     evals, evecs = torch.linalg.eigh(C)
     if float(evals.min()) < -1e-10 * max(1.0, float(evals.abs().max())):
-        raise ValueError(f"cov must be positive semi-definite, smallest eigenvalue {float(evals.min()):.3g}")
-    root = evecs * evals.clamp_min(0).sqrt()              # root @ root.T = C
+        raise ValueError(
+            f"cov must be positive semi-definite, smallest eigenvalue {float(evals.min()):.3g}"
+        )
+    root = evecs * evals.clamp_min(0).sqrt()  # root @ root.T = C
     gen = resolve_generator(seed, generator)
     z = torch.randn(*batch, n, d, generator=gen, dtype=dtype)
     if exact_moments:
@@ -415,6 +589,6 @@ def sample_gaussian(n: int, mean, cov, *, seed: int | None = None, generator=Non
         z = z - z.mean(-2, keepdim=True)
         S = z.mT @ z / n
         L = torch.linalg.cholesky(S)
-        z = torch.linalg.solve_triangular(L, z.mT, upper=False).mT   # empirical cov = I
+        z = torch.linalg.solve_triangular(L, z.mT, upper=False).mT  # empirical cov = I
     X = m + z @ root.mT
     return X.to(default_device(device)) if device is not None else X

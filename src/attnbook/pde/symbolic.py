@@ -26,19 +26,29 @@ Matrices are SymPy ``MatrixSymbol`` of symbolic size, so one derivation serves e
 :mod:`attnbook.pde.gaussian` integrates with SciPy, and the tests compare with the hand-written
 formulas of :mod:`attnbook.pde.closed_forms`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import sympy as sp
 
 from ..validation import check_choice
 
-__all__ = ["GAUSSIAN_KINDS", "Derivation", "derive_moment_equations", "moment_rhs",
-           "scalar_softmax_integral", "scalar_sinkhorn_solution", "sinkhorn_cross_term", "sinkhorn_cross_covariance",
-           "sinkhorn_fixed_point_residual", "affine_pushforward"]
+__all__ = [
+    "GAUSSIAN_KINDS",
+    "Derivation",
+    "derive_moment_equations",
+    "moment_rhs",
+    "scalar_softmax_integral",
+    "scalar_sinkhorn_solution",
+    "sinkhorn_cross_term",
+    "sinkhorn_cross_covariance",
+    "sinkhorn_fixed_point_residual",
+    "affine_pushforward",
+]
 
 GAUSSIAN_KINDS = ("softmax", "l2", "sinkhorn", "linear")
 
@@ -54,11 +64,14 @@ y = sp.MatrixSymbol("y", d, 1)
 u = sp.MatrixSymbol("u", d, 1)
 J0 = sp.MatrixSymbol("J_0", d, d)
 I_d = sp.Identity(d)
-_A_SYM = A          # functions below take a NumPy argument named A
+_A_SYM = A  # functions below take a NumPy argument named A
 
 # Sigma is a covariance: symmetric (and, where inverted, invertible).
-_SYMMETRIC = {Sigma.T: Sigma, sp.Inverse(Sigma).T: sp.Inverse(Sigma),
-              sp.Inverse(Sigma.T): sp.Inverse(Sigma)}
+_SYMMETRIC = {
+    Sigma.T: Sigma,
+    sp.Inverse(Sigma).T: sp.Inverse(Sigma),
+    sp.Inverse(Sigma.T): sp.Inverse(Sigma),
+}
 
 
 def _sym(expr):
@@ -78,16 +91,21 @@ class Derivation:
     """
 
     kind: str
-    velocity: sp.MatrixExpr        #: Γ_μ(x) on μ = N(α, Σ), affine in x
-    jacobian: sp.MatrixExpr        #: J = ∂Γ/∂x
-    mean_rhs: sp.MatrixExpr        #: α' = Γ_μ(α)
-    cov_rhs: sp.MatrixExpr         #: Σ' = JΣ + ΣJᵀ
+    velocity: sp.MatrixExpr  #: Γ_μ(x) on μ = N(α, Σ), affine in x
+    jacobian: sp.MatrixExpr  #: J = ∂Γ/∂x
+    mean_rhs: sp.MatrixExpr  #: α' = Γ_μ(α)
+    cov_rhs: sp.MatrixExpr  #: Σ' = JΣ + ΣJᵀ
     steps: list = field(default_factory=list)
-    arguments: tuple = ()          #: symbols the lambdified function takes, in order
+    arguments: tuple = ()  #: symbols the lambdified function takes, in order
 
     def _repr_latex_(self) -> str:
-        return (r"$\dot\alpha = " + sp.latex(self.mean_rhs) + r",\quad \dot\Sigma = "
-                + sp.latex(self.cov_rhs) + "$")
+        return (
+            r"$\dot\alpha = "
+            + sp.latex(self.mean_rhs)
+            + r",\quad \dot\Sigma = "
+            + sp.latex(self.cov_rhs)
+            + "$"
+        )
 
 
 def affine_pushforward():
@@ -100,7 +118,7 @@ def affine_pushforward():
     b = sp.MatrixSymbol("b", d, 1)
     J = sp.MatrixSymbol("J", d, d)
     Z = sp.MatrixSymbol("Z", d, 1)
-    ZZ = sp.MatrixSymbol("ZZ^T", d, d)        # stands for the product Z Zᵀ
+    ZZ = sp.MatrixSymbol("ZZ^T", d, d)  # stands for the product Z Zᵀ
     dZZ = (J * Z) * Z.T + Z * (J * Z).T
     cov = sp.MatAdd(J * ZZ, ZZ * J.T).xreplace({ZZ: Sigma})
     return dZZ, b + J * alpha, cov
@@ -119,9 +137,11 @@ def derive_moment_equations(kind: str) -> Derivation:
     steps = []
     if kind == "softmax":
         Lam, grad, m = _softmax_tilted_mean()
-        steps += [("log-MGF Λ(u) = log E e^{⟨u,Y⟩}", Lam),
-                  ("tilted mean ∇Λ(u) (Σ symmetric)", sp.simplify(grad)),
-                  ("at u = Ax: E_k[Y | x]", m)]
+        steps += [
+            ("log-MGF Λ(u) = log E e^{⟨u,Y⟩}", Lam),
+            ("tilted mean ∇Λ(u) (Σ symmetric)", sp.simplify(grad)),
+            ("at u = Ax: E_k[Y | x]", m),
+        ]
         vel = V * m
         args = (alpha, Sigma, A, V)
     elif kind == "linear":
@@ -129,12 +149,18 @@ def derive_moment_equations(kind: str) -> Derivation:
         grad = _sym(Lam.diff(u))
         hess = _sym(grad.diff(u))
         zero = sp.ZeroMatrix(d, 1)
-        second = sp.simplify(hess.xreplace({u: zero}) + grad.xreplace({u: zero}) * grad.xreplace({u: zero}).T)
+        second = sp.simplify(
+            hess.xreplace({u: zero})
+            + grad.xreplace({u: zero}) * grad.xreplace({u: zero}).T
+        )
         steps += [("second moment E[YYᵀ] = ∇²Λ(0) + ∇Λ(0)∇Λ(0)ᵀ", second)]
         vel = V * second * A * x
         args = (alpha, Sigma, A, V)
     elif kind == "l2":
-        expo = -(Q * x - K * y).T * (Q * x - K * y) - (y - alpha).T * sp.Inverse(Sigma) * (y - alpha) / 2
+        expo = (
+            -(Q * x - K * y).T * (Q * x - K * y)
+            - (y - alpha).T * sp.Inverse(Sigma) * (y - alpha) / 2
+        )
         grad = _sym(expo.diff(y))
         P = sp.simplify(-_sym(grad.diff(y)))
         c = sp.simplify(grad.xreplace({y: sp.ZeroMatrix(d, 1)}).doit())
@@ -142,30 +168,46 @@ def derive_moment_equations(kind: str) -> Derivation:
         SP = sp.expand(Sigma * P)
         Sc = sp.expand(Sigma * c)
         m = sp.Inverse(SP) * Sc
-        steps += [("exponent of kernel × density, in y", expo),
-                  ("its gradient: c(x) − P y", grad),
-                  ("precision P = −∇²", P), ("c(x) = gradient at y = 0", c),
-                  ("mean P⁻¹c = (ΣP)⁻¹(Σc)", m)]
+        steps += [
+            ("exponent of kernel × density, in y", expo),
+            ("its gradient: c(x) − P y", grad),
+            ("precision P = −∇²", P),
+            ("c(x) = gradient at y = 0", c),
+            ("mean P⁻¹c = (ΣP)⁻¹(Σc)", m),
+        ]
         vel = V * m
         args = (alpha, Sigma, Q, K, V)
     else:  # sinkhorn
         eq = sinkhorn_cross_term()
-        steps += [("plan cross term ⟨Ax, y⟩ ⇔ block-inverse condition on J₀ = CᵀΣ⁻¹", eq),
-                  ("scalar solution (SymPy solve)", scalar_sinkhorn_solution()[1])]
+        steps += [
+            ("plan cross term ⟨Ax, y⟩ ⇔ block-inverse condition on J₀ = CᵀΣ⁻¹", eq),
+            ("scalar solution (SymPy solve)", scalar_sinkhorn_solution()[1]),
+        ]
         vel = V * (alpha + J0 * (x - alpha))
         args = (alpha, Sigma, J0, V)
     J = _jacobian(vel, x)
     mean_rhs = _sym(vel.xreplace({x: alpha}))
     if kind == "sinkhorn":
-        mean_rhs = V * alpha      # J_0 (alpha - alpha) = 0: the mean decouples
+        mean_rhs = V * alpha  # J_0 (alpha - alpha) = 0: the mean decouples
     cov_rhs = _sym(_sym(J * Sigma + Sigma * J.T).xreplace({(Sigma * K.T).T: K * Sigma}))
-    steps += [("velocity Γ(x) on the Gaussian", vel), ("Jacobian J", J),
-              ("α' = Γ(α)", mean_rhs), ("Σ' = JΣ + ΣJᵀ", cov_rhs)]
-    return Derivation(kind=kind, velocity=vel, jacobian=J, mean_rhs=mean_rhs, cov_rhs=cov_rhs,
-                      steps=steps, arguments=args)
+    steps += [
+        ("velocity Γ(x) on the Gaussian", vel),
+        ("Jacobian J", J),
+        ("α' = Γ(α)", mean_rhs),
+        ("Σ' = JΣ + ΣJᵀ", cov_rhs),
+    ]
+    return Derivation(
+        kind=kind,
+        velocity=vel,
+        jacobian=J,
+        mean_rhs=mean_rhs,
+        cov_rhs=cov_rhs,
+        steps=steps,
+        arguments=args,
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _lambdified(kind: str):
     der = derive_moment_equations(kind)
     # NumPy printing needs a concrete identity: pass it in as an extra argument.
@@ -186,7 +228,9 @@ def sinkhorn_cross_covariance(cov: np.ndarray, A: np.ndarray) -> np.ndarray:
     return 2 * cov @ A @ R @ np.linalg.solve(np.eye(len(cov)) + _psd_sqrt(M), R)
 
 
-def moment_rhs(kind: str, mean: np.ndarray, cov: np.ndarray, *, A=None, V=None, Q=None, K=None):
+def moment_rhs(
+    kind: str, mean: np.ndarray, cov: np.ndarray, *, A=None, V=None, Q=None, K=None
+):
     r"""``(α', Σ')`` of one head, from the lambdified SymPy derivation (NumPy float64).
 
     ``A`` for softmax, linear and Sinkhorn; ``Q, K`` (``(k, d)``) for ℓ². For Sinkhorn the
@@ -199,14 +243,22 @@ def moment_rhs(kind: str, mean: np.ndarray, cov: np.ndarray, *, A=None, V=None, 
     a = np.asarray(mean, dtype=float).reshape(-1, 1)
     S = np.asarray(cov, dtype=float)
     if kind == "l2":
-        dm, dS = _lambdified(kind)(a, S, np.asarray(Q, float), np.asarray(K, float), np.asarray(V, float),
-                                   np.eye(len(S)))
+        dm, dS = _lambdified(kind)(
+            a,
+            S,
+            np.asarray(Q, float),
+            np.asarray(K, float),
+            np.asarray(V, float),
+            np.eye(len(S)),
+        )
     elif kind == "sinkhorn":
         Vm = np.asarray(V, float)
         CT = sinkhorn_cross_covariance(S, np.asarray(A, float))
         dm, dS = Vm @ a, Vm @ CT + CT.T @ Vm.T
     else:
-        dm, dS = _lambdified(kind)(a, S, np.asarray(A, float), np.asarray(V, float), np.eye(len(S)))
+        dm, dS = _lambdified(kind)(
+            a, S, np.asarray(A, float), np.asarray(V, float), np.eye(len(S))
+        )
     return np.asarray(dm, float).reshape(-1), np.asarray(dS, float)
 
 
@@ -222,9 +274,11 @@ def sinkhorn_cross_term():
     """
     C = Sigma * J0.T
     S = Sigma - C.T * sp.Inverse(Sigma) * C
-    cross = sp.Inverse(Sigma) * C * sp.Inverse(S)         # must equal A^T
+    cross = sp.Inverse(Sigma) * C * sp.Inverse(S)  # must equal A^T
     # cross = A^T  <=>  C = Sigma A^T S  <=>  J0^T = A^T S  (left-multiply by Sigma^{-1})
-    cond = _sym(sp.expand((sp.Inverse(Sigma) * (Sigma * A.T * S)).T))   # = S A (Σ, S symmetric)
+    cond = _sym(
+        sp.expand((sp.Inverse(Sigma) * (Sigma * A.T * S)).T)
+    )  # = S A (Σ, S symmetric)
     residual = sp.expand(J0 - _sym(cond).xreplace({S.T: S}))
     del cross
     return residual
@@ -262,7 +316,9 @@ def scalar_softmax_integral():
     yy, xx, a = sp.symbols("y x a", real=True)
     al = sp.Symbol("alpha", real=True)
     s = sp.Symbol("sigma", positive=True)
-    dens = sp.exp(-(yy - al) ** 2 / (2 * s ** 2)) / sp.sqrt(2 * sp.pi * s ** 2)
-    num = sp.integrate(sp.exp(a * xx * yy) * yy * dens, (yy, -sp.oo, sp.oo), conds="none")
+    dens = sp.exp(-((yy - al) ** 2) / (2 * s**2)) / sp.sqrt(2 * sp.pi * s**2)
+    num = sp.integrate(
+        sp.exp(a * xx * yy) * yy * dens, (yy, -sp.oo, sp.oo), conds="none"
+    )
     den = sp.integrate(sp.exp(a * xx * yy) * dens, (yy, -sp.oo, sp.oo), conds="none")
     return sp.simplify(num), sp.simplify(den), sp.simplify(num / den)

@@ -8,6 +8,7 @@ r"""Wasserstein distances: particle clouds (exact OT with POT) and Gaussians (Bu
   :math:`W_2^c(\mu,\nu)^2 = \int W_2(\mu_s, \nu_s)^2 d\rho(s)`; for two particle systems on the
   same positions :math:`s_i` (one token per position) it is :math:`(\sum_i w_i|x_i - y_i|^2)^{1/2}`.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,7 +24,9 @@ def _cloud(x, name) -> np.ndarray:
         x = x.detach().cpu().numpy()
     arr = np.asarray(x, dtype=np.float64)
     if arr.ndim != 2:
-        raise ValueError(f"{name} must be a point cloud of shape (n, d), got shape {arr.shape}")
+        raise ValueError(
+            f"{name} must be a point cloud of shape (n, d), got shape {arr.shape}"
+        )
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains non-finite values")
     return arr
@@ -40,13 +43,21 @@ def _masses(w, n, name) -> np.ndarray:
     return w
 
 
-def w2_particles(x, y, *, weights_x=None, weights_y=None, num_iter_max: int = 1_000_000) -> float:
+def w2_particles(
+    x, y, *, weights_x=None, weights_y=None, num_iter_max: int = 1_000_000
+) -> float:
     """Exact :math:`W_2` between the clouds ``x`` ``(n, d)`` and ``y`` ``(m, d)`` (uniform masses by default)."""
     import ot
+
     X, Y = _cloud(x, "x"), _cloud(y, "y")
     if X.shape[1] != Y.shape[1]:
-        raise ValueError(f"x and y must have the same dimension, got {X.shape[1]} and {Y.shape[1]}")
-    a, b = _masses(weights_x, len(X), "weights_x"), _masses(weights_y, len(Y), "weights_y")
+        raise ValueError(
+            f"x and y must have the same dimension, got {X.shape[1]} and {Y.shape[1]}"
+        )
+    a, b = (
+        _masses(weights_x, len(X), "weights_x"),
+        _masses(weights_y, len(Y), "weights_y"),
+    )
     M = ot.dist(X, Y, metric="sqeuclidean")
     cost = float(ot.emd2(a, b, M, numItermax=num_iter_max))
     return float(np.sqrt(max(cost, 0.0)))
@@ -59,7 +70,9 @@ def bures_wasserstein(mean1, cov1, mean2, cov2) -> float:
     d = m1.shape[-1]
     for M, name in ((S1, "cov1"), (S2, "cov2")):
         if M.shape != (d, d):
-            raise ValueError(f"{name} must be {d}x{d} to match the means, got shape {M.shape}")
+            raise ValueError(
+                f"{name} must be {d}x{d} to match the means, got shape {M.shape}"
+            )
         if not np.allclose(M, M.T, atol=1e-10, rtol=1e-8):
             raise ValueError(f"{name} must be symmetric")
         if np.linalg.eigvalsh(M).min() < -1e-10 * max(1.0, np.abs(M).max()):
@@ -76,6 +89,8 @@ def conditional_w2(x, y, *, weights=None) -> float:
     r"""Conditional :math:`W_2^c` of two causal particle systems sharing positions (token ``i`` ↔ ``i``)."""
     X, Y = _cloud(x, "x"), _cloud(y, "y")
     if X.shape != Y.shape:
-        raise ValueError(f"x and y must have the same shape (same positions), got {X.shape} and {Y.shape}")
+        raise ValueError(
+            f"x and y must have the same shape (same positions), got {X.shape} and {Y.shape}"
+        )
     w = _masses(weights, len(X), "weights")
     return float(np.sqrt(np.sum(w * np.sum((X - Y) ** 2, axis=1))))
