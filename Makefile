@@ -13,10 +13,13 @@ JOBS ?= 2
 export OMP_NUM_THREADS ?= 1
 export PYDEVD_DISABLE_FILE_VALIDATION = 1
 
-.PHONY: help venv test test-units test-chapters book clean sync-notebooks bench
+.PHONY: help venv lint format test test-units test-chapters test-seeds book clean sync-notebooks bench
 
 help:
-	@echo "make test   - set up .venv, run unit tests and execute every chapter with nbval"
+	@echo "make test   - set up .venv, lint, run unit tests and execute every chapter with nbval"
+	@echo "make test-seeds - execute every chapter under each seed of SEEDS (default: 1 2)"
+	@echo "make lint   - ruff check + format check of src, tests, bench and the chapters' code"
+	@echo "make format - apply ruff's fixes and formatting (chapters through jupytext)"
 	@echo "make book   - set up .venv, execute every chapter and build the HTML book (-W)"
 	@echo "make sync-notebooks - regenerate the Colab .ipynb of every chapter from its .md"
 	@echo "make bench  - run the benchmark scripts in bench/"
@@ -30,13 +33,41 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-test: venv
+# the chapters' code is linted through jupytext (a temporary .py per chapter)
+CHAPTERS = $(shell find book -name '*.md' -not -path '*/_*' | xargs grep -l '^kernelspec:')
+RUFF_PATHS = src tests bench conftest.py
+SEEDS ?= 1 2
+
+lint: venv
+	$(VENV)/bin/ruff check $(RUFF_PATHS)
+	$(VENV)/bin/ruff format --check $(RUFF_PATHS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupytext --quiet --check "ruff check --quiet {}" $(CHAPTERS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupytext --quiet --check "ruff format --quiet --check {}" $(CHAPTERS)
+
+format: venv
+	$(VENV)/bin/ruff check --fix --quiet $(RUFF_PATHS) || true
+	$(VENV)/bin/ruff format --quiet $(RUFF_PATHS)
+	@for f in $(CHAPTERS); do \
+	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupytext --quiet --pipe "ruff format --quiet {}" $$f; \
+	  sed -i '/^    jupytext_version: /d' $$f; done
+	$(MAKE) sync-notebooks
+
+test: venv lint
 	rm -rf _build/ledger
-	$(PY) -m pytest -n $(JOBS) --dist loadfile -m "not ledger" --nbval-lax
+	$(PY) -m pytest -n $(JOBS) --dist loadfile -m "not ledger" --nbval-lax --durations=15
 	$(PY) -m pytest -m ledger --nbval-lax
 
 test-units: venv
 	$(PY) -m pytest -n $(JOBS) tests
+
+# every chapter under other seeds: each claim must hold for any seed (records kept apart)
+test-seeds: venv
+	@for s in $(SEEDS); do \
+	  echo "== chapters under ATTNBOOK_SEED=$$s"; \
+	  rm -rf _build/ledger-seed-$$s; \
+	  ATTNBOOK_SEED=$$s ATTNBOOK_LEDGER_DIR="$(CURDIR)/_build/ledger-seed-$$s" \
+	    $(PY) -m pytest -n $(JOBS) --dist loadfile -m "not ledger" --nbval-lax book || exit 1; \
+	done
 
 test-chapters: venv
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax book

@@ -97,11 +97,6 @@ def test_check_html_finds_problems(tmp_path):
     )
 
 
-def test_ledger_status_reports_missing_and_stale(tmp_path):
-    status = build_tools.ledger_status(ROOT, directory=tmp_path)
-    assert "foundations/attention-maps" in status["missing"]
-
-
 def test_code_lines_fit_the_page():
     """Code cells wider than ~88 characters get a scroll bar in the HTML book."""
     import jupytext

@@ -21,10 +21,12 @@ dt = torch.float64
 def test_readout_integral_sympy_matches_quadrature():
     F, (w, s, k, lam, beta) = A.derive_readout_integral()
     vals = {s: 0.8, k: 1.7, lam: 2.3, beta: -0.9}
-    f = lambda x: (
-        np.exp(-(x**2) / (2 * 0.8**2) - (2.3 * x**2 + 2 * 0.9 * x) / (2 * 1.7))  # noqa: E731
-        / np.sqrt(2 * np.pi * 0.8**2)
-    )
+
+    def f(x):
+        return np.exp(
+            -(x**2) / (2 * 0.8**2) - (2.3 * x**2 + 2 * 0.9 * x) / (2 * 1.7)
+        ) / np.sqrt(2 * np.pi * 0.8**2)
+
     Z, _ = integrate.quad(f, -np.inf, np.inf)
     assert float(F.subs(vals)) == pytest.approx(-np.log(Z), rel=1e-10)
 

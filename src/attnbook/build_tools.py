@@ -37,7 +37,6 @@ __all__ = [
     "check_pairs",
     "fetch_mathjax",
     "check_html",
-    "ledger_status",
     "find_root",
 ]
 
@@ -256,34 +255,6 @@ def check_html(build_dir: Path, root: Path | None = None) -> dict:
         "pages_with_mathjax": math_pages,
         "notebook_chapters": len(chapters),
         "problems": problems,
-    }
-
-
-def ledger_status(root: Path | None = None, directory: Path | None = None) -> dict:
-    """Which chapters' claims are recorded, stale (source changed since) or missing."""
-    from .claims import load_records
-
-    root = find_root() if root is None else Path(root)
-    records = load_records(directory)
-    by_chapter = {r["chapter"]: r for r in records}
-    expected, missing, stale = [], [], []
-    for md in notebook_chapters(root):
-        if "setup_chapter(" not in md.read_text(encoding="utf-8"):
-            continue
-        cid = chapter_id(md, root)
-        expected.append(cid)
-        rec = by_chapter.get(cid)
-        if rec is None:
-            missing.append(cid)
-        elif rec.get("source_sha256") != hashlib.sha256(md.read_bytes()).hexdigest():
-            stale.append(cid)
-    order = {c: i for i, c in enumerate(expected)}
-    records.sort(key=lambda r: order.get(r["chapter"], len(order)))
-    return {
-        "records": records,
-        "expected": expected,
-        "missing": missing,
-        "stale": stale,
     }
 
 

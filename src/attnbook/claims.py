@@ -1,12 +1,32 @@
 """The claims ledger: every checkable statement of the book, asserted where it is made.
 
-A chapter opens a :class:`Ledger` and states each claim with :meth:`Ledger.check`, giving the
-measured number and what the theory expects (a value with a tolerance, or bounds). The check
+A chapter opens a :class:`Ledger` (``setup_chapter`` does) and states each claim with
+:meth:`Ledger.check`, giving what was measured — one number, or ``samples=`` from a batched
+ensemble of seeds, models or chains — and what it is compared with: an expected value with a
+tolerance, or bounds. The check
 
 * asserts the claim (raising :class:`ClaimFailed`, an ``AssertionError``, so nbval and the book
   build fail when a claim fails),
-* shows the claim with its measured value on the page, and
+* shows the claim with its measured value, interval and margin on the page, and
 * records it in a JSON file, one per chapter, that the ledger page of the book collects.
+
+Every claim declares its **kind** (what it compares, :data:`KINDS`) and its **source** (where
+the statement comes from, :data:`SOURCES`). The ledger enforces a few rules:
+
+* with ``samples`` (at least :data:`MIN_SAMPLES` values) it records n, the mean, the standard
+  error and a Student-t 95 % confidence interval of the mean, and asserts the criterion on the
+  interval: bounds must hold for the whole interval; an expected value must lie within the
+  tolerance of the interval (``|mean − expected| ≤ tol + half-width``);
+* bounds, and tolerances wider than round-off, need a reason (``note=``);
+* an expected value written in the chapter as a literal with four or more significant digits
+  is refused: expected values come from a closed form or a computation in the chapter, never
+  from an earlier run.
+
+The **margin** of a claim says how far it is from failing, in units of its uncertainty: the
+distance from the measured value (the interval's nearest end, with samples) to the nearest
+bound of the criterion, divided by the interval's half-width (with samples), else by the
+tolerance (expected values), else by ``|measured|`` (bounds on one number). A margin above
+:data:`LOOSE_MARGIN` is flagged "too loose to inform".
 
 Records are written to ``$ATTNBOOK_LEDGER_DIR`` when set, else to ``_build/ledger/`` beside the
 book's ``_toc.yml`` (found by walking up from the working directory), else to a per-user cache
@@ -16,6 +36,7 @@ folder (e.g. on Colab). They are plain JSON: nothing is ever unpickled.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import html
 import json
@@ -23,8 +44,9 @@ import math
 import numbers
 import os
 import platform
+import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,12 +59,31 @@ __all__ = [
     "ledger_dir",
     "load_records",
     "chapter_source",
+    "toc_chapters",
+    "ledger_status",
     "ledger_table_html",
+    "ledger_summary",
+    "KINDS",
     "SOURCES",
+    "MIN_SAMPLES",
+    "LOOSE_MARGIN",
 ]
 
-#: Where a claim comes from: the paper's summary, our reconstruction, or a derivation in the book.
+#: What a claim compares: theory vs simulation or data; a symbolic result vs an independent
+#: numeric computation; an exact identity checked numerically; a measured fact with no
+#: theoretical value.
+KINDS = ("experiment", "derivation", "identity", "observation")
+#: Where a claim's statement comes from: the paper's summary (the seed) says it; our
+#: reconstruction of the paper; derived in the book; measured here.
 SOURCES = ("seed", "reconstructed", "derived", "measured")
+#: The fewest samples a claim about a random quantity may rest on.
+MIN_SAMPLES = 5
+#: Margins above this are flagged "too loose to inform" on the page.
+LOOSE_MARGIN = 100.0
+#: Tolerances at or below this (relative to max(1, |expected|)) count as round-off and need no
+#: reason.
+ROUNDOFF = 1e-6
+CONFIDENCE = 0.95
 
 
 class ClaimFailed(AssertionError):
@@ -62,12 +103,66 @@ def _to_float(value, name: str) -> float:
     return float(value)
 
 
+def _to_samples(values) -> np.ndarray:
+    if hasattr(values, "detach"):
+        values = values.detach().cpu().numpy()
+    try:
+        arr = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"samples must be a 1-D array of numbers, got {type(values).__name__}"
+        ) from None
+    if arr.ndim != 1:
+        raise ValueError(
+            f"samples must be 1-D (one value per seed, model or chain), got shape "
+            f"{arr.shape}"
+        )
+    if arr.size < MIN_SAMPLES:
+        raise ValueError(
+            f"samples needs at least {MIN_SAMPLES} values for an interval, got {arr.size}"
+        )
+    return arr
+
+
 def _fmt(x: float | None) -> str:
     if x is None:
         return ""
     if x == 0 or (1e-3 <= abs(x) < 1e5):
         return f"{x:.6g}"
     return f"{x:.3e}"
+
+
+def student_t_interval(samples, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Student-t confidence interval of the mean of ``samples`` (1-D, n ≥ 2)."""
+    from scipy import stats
+
+    x = np.asarray(samples, dtype=float)
+    n = x.size
+    mean = float(x.mean())
+    se = float(x.std(ddof=1) / math.sqrt(n))
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
+    return mean - half, mean + half
+
+
+_LITERAL = re.compile(r"(?<![\w.])(\d+\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+)")
+
+
+@functools.lru_cache(maxsize=64)
+def _code_literals(path: str, mtime: float) -> tuple[tuple[float, float], ...]:
+    """Float literals with ≥ 4 significant digits in a chapter's code: (value, half ulp)."""
+    text = Path(path).read_text(encoding="utf-8")
+    code = "\n".join(re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", text, re.S))
+    out = []
+    for m in _LITERAL.finditer(code):
+        lit = m.group(1)
+        mant, _, exp = lit.lower().partition("e")
+        digits = mant.replace(".", "").lstrip("0")
+        if len(digits) < 4:
+            continue
+        decimals = len(mant.partition(".")[2])
+        half = 0.5 * 10.0 ** (-decimals + (int(exp) if exp else 0))
+        out.append((float(lit), half))
+    return tuple(out)
 
 
 @dataclass
@@ -78,15 +173,27 @@ class Claim:
     statement: str
     measured: float
     passed: bool
+    kind: str = "experiment"
+    source: str = "derived"
     expected: float | None = None
     rtol: float | None = None
     atol: float | None = None
     lower: float | None = None
     upper: float | None = None
-    source: str = "derived"
     note: str | None = None
+    n: int = 1
+    std_err: float | None = None
+    interval: list | None = None
+    interval_method: str | None = None
+    margin: float | None = None
     chapter: str | None = None
+    seed: int | None = None
     checked_at: str = ""
+    samples: list = field(default_factory=list)
+
+    @property
+    def too_loose(self) -> bool:
+        return self.margin is not None and self.margin > LOOSE_MARGIN
 
     def criterion(self) -> str:
         """The test applied, in words: ``≈ 0.0798 (rtol 0.001)``, ``≤ 1e-06``, ``∈ [a, b]``."""
@@ -109,14 +216,29 @@ class Claim:
             parts.append(f"≤ {_fmt(self.upper)}")
         return "; ".join(parts)
 
+    def measured_text(self) -> str:
+        """``0.0806`` or ``0.0806 [0.0791, 0.0821] (n = 8)``."""
+        if self.interval is None:
+            return _fmt(self.measured)
+        lo, hi = self.interval
+        return f"{_fmt(self.measured)} [{_fmt(lo)}, {_fmt(hi)}] (n = {self.n})"
+
+    def margin_text(self) -> str:
+        if self.margin is None:
+            return "n/a"
+        text = f"{self.margin:.3g}"
+        return text + " (too loose to inform)" if self.too_loose else text
+
     def _repr_html_(self) -> str:
         mark, colour = ("✔", "#1a7f37") if self.passed else ("✘", "#cf222e")
+        note = f"<br><small>{html.escape(self.note)}</small>" if self.note else ""
         return (
             f'<div class="attnbook-claim" style="border-left:4px solid {colour};'
             f'padding:2px 8px;margin:4px 0"><b style="color:{colour}">{mark} claim</b> '
             f"<code>{html.escape(self.id)}</code> — {html.escape(self.statement)}<br>"
-            f"measured <b>{html.escape(_fmt(self.measured))}</b>, expected "
-            f"{html.escape(self.criterion())} <i>[{html.escape(self.source)}]</i></div>"
+            f"measured <b>{html.escape(self.measured_text())}</b>, expected "
+            f"{html.escape(self.criterion())}, margin {html.escape(self.margin_text())} "
+            f"<i>[{html.escape(self.kind)} · {html.escape(self.source)}]</i>{note}</div>"
         )
 
     def _ipython_display_(self) -> None:
@@ -131,8 +253,9 @@ class Claim:
     def __repr__(self) -> str:
         mark = "PASS" if self.passed else "FAIL"
         return (
-            f"[{mark}] {self.id}: {self.statement} — measured {_fmt(self.measured)}, "
-            f"expected {self.criterion()} [{self.source}]"
+            f"[{mark}] {self.id}: {self.statement} — measured {self.measured_text()}, "
+            f"expected {self.criterion()}, margin {self.margin_text()} "
+            f"[{self.kind} · {self.source}]"
         )
 
 
@@ -187,6 +310,34 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _judge(value, interval, exp, tol, lo, hi) -> tuple[bool, float | None]:
+    """Whether a claim holds, and its margin (see the module docstring)."""
+    if not math.isfinite(value):
+        return False, None
+    if interval is not None:
+        i_lo, i_hi = interval
+        unit = (i_hi - i_lo) / 2
+    else:
+        i_lo = i_hi = value
+        unit = None
+    slacks = []  # (distance to the nearest bound, unit)
+    if exp is not None:
+        slacks.append((tol + (unit or 0.0) - abs(value - exp), unit or tol))
+    if lo is not None:
+        slacks.append((i_lo - lo, unit or abs(value)))
+    if hi is not None:
+        slacks.append((hi - i_hi, unit or abs(value)))
+    ok = all(s >= 0 for s, _ in slacks)
+    margins = []
+    for s, u in slacks:
+        if u and u > 0:
+            margins.append(s / u)
+        else:  # no scale: an exact criterion, or a bound on an exact zero
+            margins.append(0.0 if s == 0 else math.copysign(math.inf, s))
+    margin = min(margins)
+    return ok, (None if margin == math.inf else margin)
+
+
 class Ledger:
     """The claims of one chapter.
 
@@ -199,6 +350,8 @@ class Ledger:
         The chapter's title, shown on the ledger page.
     directory:
         Where to write the record (default :func:`ledger_dir`).
+    seed:
+        The chapter's seed (recorded with every claim; ``make test-seeds`` varies it).
     """
 
     def __init__(
@@ -207,6 +360,7 @@ class Ledger:
         *,
         title: str | None = None,
         directory: str | os.PathLike | None = None,
+        seed: int | None = None,
     ):
         if (
             not isinstance(chapter, str)
@@ -220,6 +374,7 @@ class Ledger:
             )
         self.chapter = chapter
         self.title = title or chapter
+        self.seed = seed
         self.claims: list[Claim] = []
         self._t0 = time.perf_counter()
         src = chapter_source(chapter)
@@ -237,22 +392,34 @@ class Ledger:
         self,
         claim_id: str,
         statement: str,
-        measured,
+        measured=None,
         *,
+        samples=None,
         expected=None,
         rtol: float | None = None,
         atol: float | None = None,
         lower=None,
         upper=None,
-        source: str = "derived",
+        kind: str,
+        source: str,
         note: str | None = None,
     ) -> Claim:
         """Assert a claim, show it and record it.
 
-        The claim holds when every criterion given holds: ``|measured − expected| ≤ atol + rtol·|expected|``
-        (with ``expected``; default tolerance ``rtol = 1e-9`` if neither is given),
-        ``measured ≥ lower`` and ``measured ≤ upper``. At least one criterion is required.
-        Raises :class:`ClaimFailed` when it does not hold (after recording it as failed).
+        Give either ``measured`` (one number) or ``samples`` (one value per seed, model or
+        chain of a batched run; at least :data:`MIN_SAMPLES`). The claim holds when every
+        criterion given holds:
+
+        * ``expected``: ``|x − expected| ≤ atol + rtol·|expected|`` (default ``rtol = 1e-9``
+          for one number; with samples ``|mean − expected| ≤ tol + half-width`` of the
+          95 % interval, so with no tolerance the interval must cover ``expected``);
+        * ``lower`` / ``upper``: ``x ≥ lower`` / ``x ≤ upper``; with samples the whole
+          interval must satisfy them.
+
+        ``kind`` is one of :data:`KINDS`, ``source`` one of :data:`SOURCES`. Bounds, and
+        tolerances wider than round-off, need a reason in ``note``. Raises
+        :class:`ClaimFailed` when the claim does not hold (after recording it as failed), and
+        ``ValueError`` / ``TypeError`` for a malformed claim.
         """
         if not isinstance(claim_id, str) or not claim_id.strip():
             raise ValueError("claim_id must be a non-empty string")
@@ -262,40 +429,83 @@ class Ledger:
             )
         if not isinstance(statement, str) or not statement.strip():
             raise ValueError("statement must be a non-empty string")
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind {kind!r}; expected one of {KINDS}")
         if source not in SOURCES:
             raise ValueError(f"unknown source {source!r}; expected one of {SOURCES}")
-        value = _to_float(measured, "measured")
+        if note is not None and (not isinstance(note, str) or not note.strip()):
+            raise ValueError(
+                "note must be a non-empty string (the reason for the bounds)"
+            )
+        if (measured is None) == (samples is None):
+            raise ValueError("give exactly one of measured (one number) or samples")
         exp = None if expected is None else _to_float(expected, "expected")
         lo = None if lower is None else _to_float(lower, "lower")
         hi = None if upper is None else _to_float(upper, "upper")
         if exp is None and lo is None and hi is None:
             raise ValueError("give expected, lower or upper: a claim needs a criterion")
-        for tol, name in ((rtol, "rtol"), (atol, "atol")):
-            if tol is not None and (not isinstance(tol, numbers.Real) or tol < 0):
-                raise ValueError(f"{name} must be a non-negative number, got {tol!r}")
-        if exp is not None and rtol is None and atol is None:
+        for tol_, name in ((rtol, "rtol"), (atol, "atol")):
+            if tol_ is not None and (
+                not isinstance(tol_, numbers.Real) or isinstance(tol_, bool) or tol_ < 0
+            ):
+                raise ValueError(f"{name} must be a non-negative number, got {tol_!r}")
+        if exp is None and (rtol is not None or atol is not None):
+            raise ValueError("rtol and atol apply to expected: give expected too")
+        if exp is not None and rtol is None and atol is None and samples is None:
             rtol = 1e-9
-        ok = math.isfinite(value)
+        tol = None if exp is None else (atol or 0.0) + (rtol or 0.0) * abs(exp)
+        if note is None:
+            if lo is not None or hi is not None:
+                raise ValueError(
+                    f"claim {claim_id!r}: bounds need a reason; say in note= why the "
+                    "bound is where it is (theory, an interval, a physical scale)"
+                )
+            if tol is not None and tol > ROUNDOFF * max(1.0, abs(exp)):
+                raise ValueError(
+                    f"claim {claim_id!r}: a tolerance wider than round-off needs a "
+                    "reason; say in note= where it comes from"
+                )
         if exp is not None:
-            ok = ok and abs(value - exp) <= (atol or 0.0) + (rtol or 0.0) * abs(exp)
-        if lo is not None:
-            ok = ok and value >= lo
-        if hi is not None:
-            ok = ok and value <= hi
+            self._refuse_copied(claim_id, exp)
+
+        interval = std_err = method = None
+        values: list = []
+        if samples is not None:
+            arr = _to_samples(samples)
+            values = [float(v) for v in arr]
+            finite = bool(np.isfinite(arr).all())
+            value = float(arr.mean()) if finite else float("nan")
+            if finite:
+                std_err = float(arr.std(ddof=1) / math.sqrt(arr.size))
+                interval = list(student_t_interval(arr))
+                method = f"Student t, {CONFIDENCE:.0%} interval of the mean"
+            n = int(arr.size)
+        else:
+            value = _to_float(measured, "measured")
+            n = 1
+        ok, margin = _judge(value, interval, exp, tol, lo, hi)
         claim = Claim(
             id=claim_id,
             statement=statement,
             measured=value,
             passed=bool(ok),
+            kind=kind,
+            source=source,
             expected=exp,
             rtol=rtol,
             atol=atol,
             lower=lo,
             upper=hi,
-            source=source,
             note=note,
+            n=n,
+            std_err=std_err,
+            interval=interval,
+            interval_method=method,
+            margin=margin,
             chapter=self.chapter,
+            seed=self.seed,
             checked_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            samples=values,
         )
         self.claims.append(claim)
         self._write()
@@ -303,6 +513,18 @@ class Ledger:
         if not claim.passed:
             raise ClaimFailed(repr(claim))
         return claim
+
+    def _refuse_copied(self, claim_id: str, expected: float) -> None:
+        src = chapter_source(self.chapter)
+        if src is None or not src.is_file():
+            return
+        for lit, half in _code_literals(str(src), src.stat().st_mtime):
+            if abs(expected - lit) <= half * (1 + 1e-9):
+                raise ValueError(
+                    f"claim {claim_id!r}: expected={expected!r} is the literal {lit!r} "
+                    "written in the chapter. Expected values come from a closed form or "
+                    "a computation in this chapter, never from an earlier run."
+                )
 
     def _write(self) -> None:
         import torch  # imported late: the ledger itself needs no torch
@@ -317,6 +539,7 @@ class Ledger:
             "torch": torch.__version__,
             "device": "cuda" if torch.cuda.is_available() else "cpu",
             "executor": os.environ.get("ATTNBOOK_EXECUTOR", "notebook"),
+            "seed": self.seed,
             "claims": [asdict(c) for c in self.claims],
         }
         # a per-process temporary name: concurrent writers never rename each other's file
@@ -350,16 +573,116 @@ def load_records(directory: str | os.PathLike | None = None) -> list[dict]:
     return records
 
 
+#: The ledger page itself: executed last, it makes no claims of its own.
+LEDGER_CHAPTER = "reference/claims-ledger"
+
+
+def _toc_files(entry) -> list[str]:
+    out = []
+    if isinstance(entry, dict):
+        for key in ("root", "file"):
+            if isinstance(entry.get(key), str):
+                out.append(entry[key])
+        for key in ("parts", "chapters", "sections"):
+            for sub in entry.get(key) or []:
+                out.extend(_toc_files(sub))
+    elif isinstance(entry, list):
+        for sub in entry:
+            out.extend(_toc_files(sub))
+    return out
+
+
+def _is_executable(path: Path) -> bool:
+    text = path.read_text(encoding="utf-8")
+    if not text.startswith("---"):
+        return False
+    return "kernelspec:" in text[3:].split("\n---", 1)[0]
+
+
+def toc_chapters(root: str | os.PathLike | None = None) -> list[str]:
+    """Chapter ids (``focus/condensation``) of the executable pages of ``_toc.yml``, in order.
+
+    Read from the table of contents with a YAML parser; the ledger page itself is left out.
+    """
+    import yaml
+
+    root = find_book_root() if root is None else Path(root)
+    if root is None:
+        raise FileNotFoundError("no _toc.yml found here or above: run inside the book")
+    toc = yaml.safe_load((Path(root) / "_toc.yml").read_text(encoding="utf-8"))
+    ids = []
+    for entry in _toc_files(toc):
+        path = Path(root) / entry
+        path = path if path.suffix else path.with_suffix(".md")
+        if not path.is_file() or not _is_executable(path):
+            continue
+        rel = path.resolve().relative_to((Path(root) / "book").resolve())
+        cid = rel.with_suffix("").as_posix()
+        if cid != LEDGER_CHAPTER:
+            ids.append(cid)
+    return ids
+
+
+def ledger_status(
+    root: str | os.PathLike | None = None, directory: str | os.PathLike | None = None
+) -> dict:
+    """Which chapters' claims are recorded, stale (source changed since) or missing.
+
+    Returns ``records`` (in book order), ``expected`` (the chapter ids of the table of
+    contents), ``missing`` and ``stale``.
+    """
+    root = find_book_root() if root is None else Path(root)
+    records = load_records(directory)
+    by_chapter = {r["chapter"]: r for r in records}
+    expected = toc_chapters(root)
+    missing, stale = [], []
+    for cid in expected:
+        rec = by_chapter.get(cid)
+        if rec is None:
+            missing.append(cid)
+        elif rec.get("source_sha256") != _sha256(chapter_source(cid, Path(root))):
+            stale.append(cid)
+    order = {c: i for i, c in enumerate(expected)}
+    records.sort(key=lambda r: order.get(r["chapter"], len(order)))
+    return {
+        "records": records,
+        "expected": expected,
+        "missing": missing,
+        "stale": stale,
+    }
+
+
+def _claims_of(records: list[dict]) -> list[Claim]:
+    return [Claim(**c) for rec in records for c in rec["claims"]]
+
+
+def ledger_summary(records: list[dict], *, n_smallest: int = 10) -> dict:
+    """Counts per kind and per source, claims with samples, the smallest and loose margins."""
+    cs = _claims_of(records)
+    by_kind = {k: sum(c.kind == k for c in cs) for k in KINDS}
+    by_source = {s: sum(c.source == s for c in cs) for s in SOURCES}
+    with_margin = sorted(
+        (c for c in cs if c.margin is not None), key=lambda c: c.margin
+    )
+    return {
+        "n_claims": len(cs),
+        "n_passed": sum(c.passed for c in cs),
+        "n_with_samples": sum(c.n > 1 for c in cs),
+        "by_kind": by_kind,
+        "by_source": by_source,
+        "smallest_margins": with_margin[:n_smallest],
+        "too_loose": [c for c in cs if c.too_loose],
+    }
+
+
 def ledger_table_html(
     records: list[dict], *, show_chapter: bool = True, stale: set[str] | None = None
 ) -> str:
     """An HTML table of the claims in ``records``: one row per claim, grouped by chapter."""
     stale = stale or set()
     cell = 'style="padding:3px 6px;vertical-align:top"'
-    head = (
-        f"<tr><th {cell}>claim</th><th {cell}>measured</th><th {cell}>expected</th>"
-        f"<th {cell}>source</th><th {cell}>status</th></tr>"
-    )
+    cols = ("claim", "measured", "expected", "margin", "kind · source", "status")
+    head = "<tr>" + "".join(f"<th {cell}>{c}</th>" for c in cols) + "</tr>"
     rows = []
     for rec in records:
         is_stale = rec["chapter"] in stale
@@ -369,9 +692,12 @@ def ledger_table_html(
                 if is_stale
                 else ""
             )
+            seed = rec.get("seed")
+            seed_text = f" · seed {seed}" if seed is not None else ""
             rows.append(
-                f'<tr><td colspan="5" {cell}><b>{html.escape(rec.get("title", rec["chapter"]))}'
-                f"</b> <code>{html.escape(rec['chapter'])}</code>{extra}</td></tr>"
+                f'<tr><td colspan="{len(cols)}" {cell}><b>'
+                f"{html.escape(rec.get('title', rec['chapter']))}</b> "
+                f"<code>{html.escape(rec['chapter'])}</code>{seed_text}{extra}</td></tr>"
             )
         for c in rec["claims"]:
             claim = Claim(**c)
@@ -380,11 +706,14 @@ def ledger_table_html(
                 " (stale)" if is_stale else ""
             )
             colour = "#1a7f37" if ok else "#cf222e"
+            note = f"<br><small>{html.escape(claim.note)}</small>" if claim.note else ""
             rows.append(
-                f"<tr><td {cell}><code>{html.escape(claim.id)}</code><br>{html.escape(claim.statement)}</td>"
-                f"<td {cell}>{html.escape(_fmt(claim.measured))}</td>"
+                f"<tr><td {cell}><code>{html.escape(claim.id)}</code><br>"
+                f"{html.escape(claim.statement)}{note}</td>"
+                f"<td {cell}>{html.escape(claim.measured_text())}</td>"
                 f"<td {cell}>{html.escape(claim.criterion())}</td>"
-                f"<td {cell}>{html.escape(claim.source)}</td>"
+                f"<td {cell}>{html.escape(claim.margin_text())}</td>"
+                f"<td {cell}>{html.escape(claim.kind)} · {html.escape(claim.source)}</td>"
                 f'<td {cell} style="color:{colour};white-space:nowrap">{status}</td></tr>'
             )
     return (

@@ -10,6 +10,7 @@ chose, and opens the chapter's claims ledger.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -18,7 +19,7 @@ from .claims import Ledger
 from .device import default_device, describe, seed_everything
 from .plotting import use_style
 
-__all__ = ["Chapter", "setup_chapter"]
+__all__ = ["Chapter", "chapter_seed", "setup_chapter"]
 
 
 @dataclass
@@ -38,20 +39,40 @@ class Chapter:
         return g
 
 
+def chapter_seed(seed: int | None = None) -> int:
+    """``seed`` when given, else ``$ATTNBOOK_SEED`` when set, else 0 (a non-negative int)."""
+    if seed is None:
+        env = os.environ.get("ATTNBOOK_SEED", "").strip()
+        if not env:
+            return 0
+        try:
+            seed = int(env)
+        except ValueError:
+            raise ValueError(
+                f"ATTNBOOK_SEED must be a non-negative integer, got {env!r}"
+            ) from None
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    return seed
+
+
 def setup_chapter(
     chapter: str,
     title: str | None = None,
     *,
-    seed: int = 0,
+    seed: int | None = None,
     device=None,
     cpu_threads: int | None = 1,
     quiet: bool = False,
 ) -> Chapter:
     """Prepare a chapter: style, seeds, device, CPU threads and its claims ledger.
 
-    ``cpu_threads`` (default 1) is applied only when the device is the CPU; ``None`` leaves
-    torch's own choice.
+    ``seed``: the chapter's seed. ``None`` (the default) takes it from ``$ATTNBOOK_SEED``
+    when that is set, else 0; ``make test-seeds`` executes every chapter under other seeds
+    this way, and every claim must hold under each. ``cpu_threads`` (default 1) is applied
+    only when the device is the CPU; ``None`` leaves torch's own choice.
     """
+    seed = chapter_seed(seed)
     dev = default_device(device)
     seed_everything(seed)
     if dev.type == "cpu" and cpu_threads is not None:
@@ -65,7 +86,7 @@ def setup_chapter(
             )
         torch.set_num_threads(cpu_threads)
     use_style()
-    ledger = Ledger(chapter, title=title)
+    ledger = Ledger(chapter, title=title, seed=seed)
     if not quiet:
         print(f"attnbook · {title or chapter}\n{describe(dev)} · seed {seed}")
     return Chapter(
