@@ -43,6 +43,9 @@ from .validation import (
 
 __all__ = [
     "KINDS",
+    "ALL_KINDS",
+    "KIND_ALIASES",
+    "resolve_kind",
     "scores",
     "causal_mask",
     "attention_weights",
@@ -54,7 +57,34 @@ __all__ = [
     "self_attention",
 ]
 
+#: The attention maps of :func:`attention_weights`.
 KINDS = ("softmax", "linear", "l2", "sigmoid", "sinkhorn")
+#: The book's whole ``kind`` vocabulary: the maps and multi-head softmax attention.
+ALL_KINDS = (*KINDS, "multihead")
+#: The one table of spellings accepted for a kind (every part resolves names through it).
+KIND_ALIASES = {
+    "multi-head": "multihead",
+    "multi_head": "multihead",
+    "multi-head softmax": "multihead",
+    "multihead_softmax": "multihead",
+    "multihead-softmax": "multihead",
+    "ell2": "l2",
+    "L2": "l2",
+    "ℓ²": "l2",
+}
+
+
+def resolve_kind(kind, allowed=ALL_KINDS, name: str = "kind") -> str:
+    """The canonical name of an attention ``kind`` (aliases resolved), checked against ``allowed``.
+
+    Raises ``TypeError`` for a non-string and ``ValueError`` naming the allowed kinds.
+    """
+    if not isinstance(kind, str):
+        raise TypeError(f"{name} must be a string, got {type(kind).__name__}")
+    canonical = KIND_ALIASES.get(kind, KIND_ALIASES.get(kind.lower(), kind.lower()))
+    if canonical not in allowed:
+        raise ValueError(f"unknown {name} {kind!r}; expected one of {tuple(allowed)}")
+    return canonical
 
 
 class SinkhornNotConverged(RuntimeError):
