@@ -338,3 +338,52 @@ def test_example_tokens_reproducible():
 def test_bad_input_is_named(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_entropy_vs_beta_against_direct_softmax_and_limits():
+    from scipy.stats import entropy as scipy_entropy
+
+    x = att.example_tokens(8, 2, seed=3)
+    betas = [0.0, 0.5, 2.0]
+    H = att.entropy_vs_beta(x, betas, kind="softmax")
+    assert H.shape == (3,)
+    assert float(H[0]) == pytest.approx(math.log(8), abs=1e-14)
+    for b, h in zip(betas, H):
+        P = direct(math.sqrt(b) * x.numpy(), math.sqrt(b) * x.numpy(), "softmax")
+        assert float(h) == pytest.approx(scipy_entropy(P, axis=-1).mean(), abs=1e-13)
+    # batched clouds: (n_betas, batch)
+    xs = torch.stack([att.example_tokens(8, 2, seed=s) for s in range(3)])
+    Hb = att.entropy_vs_beta(xs, betas, kind="ℓ²")
+    assert Hb.shape == (3, 3)
+    np.testing.assert_allclose(
+        Hb[:, 1].numpy(), att.entropy_vs_beta(xs[1], betas, kind="l2").numpy()
+    )
+    with pytest.raises(ValueError, match="kind"):
+        att.entropy_vs_beta(x, betas, kind="linear")
+    with pytest.raises(ValueError, match="betas"):
+        att.entropy_vs_beta(x, [-1.0])
+
+
+def test_linear_expansion_gap_is_the_second_order_term():
+    # softmax_j(eps s) = 1/n + eps s~_j / n + eps^2 (s~_j^2 - m2) / (2n) + O(eps^3)
+    S = _rand(5, 7, seed=40)
+    eps = 1e-4
+    c = S - S.mean(-1, keepdim=True)
+    second = ((c**2 - (c**2).mean(-1, keepdim=True)) / (2 * 7)).abs().max()
+    gap = att.linear_expansion_gap(S, eps)
+    assert float(gap) == pytest.approx(eps**2 * float(second), rel=1e-3)
+    batched = att.linear_expansion_gap(torch.stack([S, 2 * S]), eps)
+    assert batched.shape == (2,) and float(batched[0]) == pytest.approx(float(gap))
+    with pytest.raises(ValueError, match="eps"):
+        att.linear_expansion_gap(S, 0.0)
+
+
+def test_example_tokens_seed_convention():
+    g = torch.Generator().manual_seed(4)
+    assert torch.equal(
+        att.example_tokens(6, 2, seed=g), att.example_tokens(6, 2, seed=4)
+    )
+    torch.manual_seed(9)
+    a = att.example_tokens(6, 2)
+    torch.manual_seed(9)
+    assert torch.equal(a, att.example_tokens(6, 2))

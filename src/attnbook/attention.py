@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .device import resolve_generator
 from .linalg import entropy
 from .validation import (
     as_tensor,
@@ -54,6 +55,8 @@ __all__ = [
     "SinkhornResult",
     "example_tokens",
     "row_entropy",
+    "entropy_vs_beta",
+    "linear_expansion_gap",
     "SinkhornNotConverged",
     "SinkhornWarning",
     "self_attention",
@@ -451,20 +454,60 @@ def self_attention(
 
 
 def example_tokens(
-    n: int = 12, d: int = 2, *, seed: int = 0, dtype=torch.float64
+    n: int = 12, d: int = 2, *, seed=None, dtype=torch.float64
 ) -> torch.Tensor:
     """A reproducible token cloud for demonstrations: two Gaussian clusters in ``R^d``.
 
     The first ``n // 2`` tokens lie around ``+e_1``, the rest around ``−e_1`` (sd 0.35), so
-    every attention map has visible block structure.
+    every attention map has visible block structure. ``seed``: an int or a
+    ``torch.Generator``; ``None`` draws from torch's global generator
+    (:func:`attnbook.device.resolve_generator`).
     """
     n = check_positive_int(n, "n", minimum=2)
     d = check_positive_int(d, "d")
-    g = torch.Generator().manual_seed(int(seed))
+    g = resolve_generator(seed)
     centres = torch.zeros(n, d, dtype=dtype)
     centres[: n // 2, 0] = 1.0
     centres[n // 2 :, 0] = -1.0
     return centres + 0.35 * torch.randn(n, d, generator=g, dtype=dtype)
+
+
+def entropy_vs_beta(tokens, betas, *, kind: str = "softmax") -> torch.Tensor:
+    r"""Mean row entropy of self-attention on ``tokens`` at each inverse temperature β.
+
+    Queries and keys are :math:`\sqrt\beta\,x` (so the scores are :math:`\beta\langle x_i,
+    x_j\rangle`); ``kind`` is a normalised map (softmax, l2 or sinkhorn). ``tokens``:
+    ``(..., n, d)``; returns ``(len(betas), ...)``.
+    """
+    kind = resolve_kind(kind, ("softmax", "l2", "sinkhorn"))
+    x = check_finite(
+        check_ndim(as_tensor(tokens, "tokens"), "tokens", 2, at_least=True), "tokens"
+    )
+    b = check_finite(as_tensor(betas, "betas", dtype=x.dtype), "betas").reshape(-1)
+    if bool((b < 0).any()):
+        raise ValueError("betas must be non-negative")
+    rows = []
+    for beta in b:
+        q = beta.sqrt() * x
+        rows.append(row_entropy(attention_weights(q, q, kind=kind)).mean(-1))
+    return torch.stack(rows)
+
+
+def linear_expansion_gap(scores, eps) -> torch.Tensor:
+    r"""How far softmax is from its first-order expansion: uniform pooling plus linear attention.
+
+    :math:`\max_{ij}\bigl|\operatorname{softmax}_j(\varepsilon s_i) - \tfrac1n
+    - \tfrac{\varepsilon}{n}(s_{ij} - \bar s_i)\bigr|` for a score matrix ``scores``
+    ``(..., n_q, n)``, batched over leading dimensions. It is
+    :math:`O(\varepsilon^2)`: halving ``eps`` divides it by about 4.
+    """
+    S = check_finite(
+        check_ndim(as_tensor(scores, "scores"), "scores", 2, at_least=True), "scores"
+    )
+    eps = check_positive(eps, "eps")
+    n = S.shape[-1]
+    approx = 1 / n + eps * (S - S.mean(-1, keepdim=True)) / n
+    return (torch.softmax(eps * S, dim=-1) - approx).abs().amax(dim=(-2, -1))
 
 
 def row_entropy(weights):
