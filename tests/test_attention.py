@@ -387,3 +387,16 @@ def test_example_tokens_seed_convention():
     a = att.example_tokens(6, 2)
     torch.manual_seed(9)
     assert torch.equal(a, att.example_tokens(6, 2))
+
+
+def test_sinkhorn_newton_with_token_masses_and_float32():
+    x = att.example_tokens(12, 2, seed=1)
+    w = torch.softmax(_rand(12, seed=41), -1)
+    S = 20.0 * x @ x.T
+    res = att.sinkhorn(S, log_marginal=w.log())
+    assert res.converged and res.newton_steps > 0
+    pi = (w[:, None] * res.plan).numpy()  # the plan with both marginals w
+    logk = (S + w.log()[None, :]).numpy()
+    _is_scaling_of(pi, logk, w.numpy(), w.numpy(), atol=1e-12)
+    r32 = att.sinkhorn(S.float(), tol=1e-5)
+    assert r32.plan.dtype == torch.float32 and r32.converged
