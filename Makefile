@@ -73,16 +73,16 @@ test-chapters: venv
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax book
 
 $(MATHJAX_DIR)/tex-chtml.js:
-	$(PY) -m attnbook.build_tools fetch-mathjax --version $(MATHJAX_VERSION) --dest $(MATHJAX_DIR)
+	$(PY) tools/build_tools.py fetch-mathjax --version $(MATHJAX_VERSION) --dest $(MATHJAX_DIR)
 
 book: venv $(MATHJAX_DIR)/tex-chtml.js
 	rm -rf _build/ledger
 	$(VENV)/bin/jupyter-book build . -W --keep-going
-	$(PY) -m attnbook.build_tools check-html _build/html
+	$(PY) tools/build_tools.py check-html _build/html
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
 sync-notebooks: venv
-	$(PY) -m attnbook.build_tools sync-notebooks
+	$(PY) tools/build_tools.py sync-notebooks
 
 # devinterp is the reference SGLD of the copy-head benchmark; only its optimiser is used, so
 # its heavy dependencies (transformers, datasets, ...) are skipped with --no-deps

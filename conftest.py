@@ -67,7 +67,10 @@ _cache: dict[str, set[Path]] = {}
 
 def _toc_notebooks() -> set[Path]:
     if "nb" not in _cache:
-        from attnbook.build_tools import notebook_chapters
+        import sys
+
+        sys.path.insert(0, str(ROOT / "tools"))  # build tooling is not in the package
+        from build_tools import notebook_chapters
 
         _cache["nb"] = {p.resolve() for p in notebook_chapters(ROOT)}
     return _cache["nb"]

@@ -93,16 +93,62 @@ def test_sinkhorn_large_scores_are_stable():
     assert torch.isfinite(res.plan).all()
 
 
+def _is_scaling_of(plan, log_kernel, row_sums, col_sums, atol):
+    """The defining property of the Sinkhorn plan, checked from its definition: it has the
+    given marginals and log(plan) - log_kernel = f_i + g_j (double centring removes f, g)."""
+    R = np.log(plan) - np.asarray(log_kernel)
+    centred = R - R.mean(0, keepdims=True) - R.mean(1, keepdims=True) + R.mean()
+    np.testing.assert_allclose(plan.sum(1), row_sums, atol=atol)
+    np.testing.assert_allclose(plan.sum(0), col_sums, atol=atol)
+    np.testing.assert_allclose(centred, 0.0, atol=1e-9)
+
+
+@pytest.mark.parametrize("beta", [20.0, 100.0])
+def test_sinkhorn_two_clusters_at_low_temperature_converges(beta):
+    # two clusters nearly decouple: Sinkhorn alone stalls (its rate is 1 - 1e-6 here)
+    x = att.example_tokens(12, 2, seed=2)
+    S = beta * x @ x.T
+    plain = att.sinkhorn(S, n_newton_iters=0, on_nonconvergence="ignore")
+    assert not plain.converged
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = att.sinkhorn(S)
+    assert res.converged and res.newton_steps > 0 and res.max_error <= 1e-9
+    _is_scaling_of(res.plan.numpy(), S.numpy(), 1.0, 1.0, atol=1e-9)
+
+
+def test_sinkhorn_newton_is_batched_per_problem():
+    x = att.example_tokens(12, 2, seed=2)
+    S = torch.stack([0.5 * x @ x.T, 30.0 * x @ x.T, 5.0 * x @ x.T])
+    res = att.sinkhorn(S)
+    assert res.converged
+    for b in range(3):
+        _is_scaling_of(res.plan[b].numpy(), S[b].numpy(), 1.0, 1.0, atol=1e-9)
+
+
+def test_sinkhorn_token_masses_match_pot():
+    """Non-uniform masses w: POT's plan with a = b = w is the outside reference."""
+    ot = pytest.importorskip("ot")
+    x = _rand(7, 2, seed=30)
+    w = torch.softmax(_rand(7, seed=31), -1)
+    S = (x @ x.T).numpy()
+    res = att.sinkhorn(torch.from_numpy(S), log_marginal=w.log(), tol=1e-12)
+    a = w.numpy()
+    G = ot.sinkhorn(a, a, -S, reg=1.0, numItermax=50000, stopThr=1e-15)
+    np.testing.assert_allclose(res.plan.numpy() * a[:, None], G, atol=1e-12)
+    np.testing.assert_allclose(res.plan.sum(-1).numpy(), 1.0, atol=1e-13)
+
+
 def test_sinkhorn_reports_nonconvergence():
     S = 30 * _rand(10, 10, seed=10)
     with pytest.raises(att.SinkhornNotConverged, match="did not converge"):
-        att.sinkhorn(S, n_iters=2, on_nonconvergence="raise")
-    with pytest.warns(RuntimeWarning, match="did not converge"):
-        res = att.sinkhorn(S, n_iters=2)
-    assert not res.converged and res.max_error > 1e-9
+        att.sinkhorn(S, n_iters=2, n_newton_iters=0, on_nonconvergence="raise")
+    with pytest.warns(att.SinkhornWarning, match="did not converge"):
+        res = att.sinkhorn(S, n_iters=2, n_newton_iters=0)
+    assert not res.converged and res.max_error > 1e-9 and res.newton_steps == 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        att.sinkhorn(S, n_iters=2, on_nonconvergence="ignore")
+        att.sinkhorn(S, n_iters=2, n_newton_iters=0, on_nonconvergence="ignore")
 
 
 def test_l2_is_shifted_softmax_and_linear_is_first_order_softmax():
@@ -148,17 +194,28 @@ def test_numpy_input_and_broadcast_batch():
     np.testing.assert_allclose(P[1].numpy(), direct(q, k[1], "l2"), atol=1e-13)
 
 
-def test_multihead_is_sum_of_heads_and_batched():
+def test_multihead_matches_direct_formula_and_is_batched():
     x = _rand(2, 6, 3, seed=19)
     Q, K, V = _rand(2, 2, 3, seed=20), _rand(2, 2, 3, seed=21), _rand(2, 3, 3, seed=22)
     out = att.self_attention(x, Q=Q, K=K, V=V, causal=True)
-    ref = sum(
-        att.self_attention(x, Q=Q[h], K=K[h], V=V[h], causal=True) for h in range(2)
-    )
-    assert torch.allclose(out, ref, atol=1e-13)
+    assert out.shape == (2, 6, 3)
+    s = 1 / math.sqrt(2)  # default scale 1/sqrt(k), k = 2 rows of Q
+    for b in range(2):
+        X = x[b].numpy()
+        ref = sum(
+            direct(s * X @ Q[h].numpy().T, X @ K[h].numpy().T, "softmax", causal=True)
+            @ X
+            @ V[h].numpy().T
+            for h in range(2)
+        )
+        np.testing.assert_allclose(out[b].numpy(), ref, atol=1e-13)
     one = att.self_attention(x[0], Q=Q[0], K=K[0], V=V[0])
-    P = torch.softmax((x[0] @ Q[0].T) @ (x[0] @ K[0].T).T / math.sqrt(2), -1)
-    assert torch.allclose(one, P @ x[0] @ V[0].T, atol=1e-13)
+    P = direct(
+        s * x[0].numpy() @ Q[0].numpy().T, x[0].numpy() @ K[0].numpy().T, "softmax"
+    )
+    np.testing.assert_allclose(
+        one.numpy(), P @ x[0].numpy() @ V[0].numpy().T, atol=1e-13
+    )
 
 
 def test_causal_first_row_and_mask():
@@ -180,6 +237,9 @@ def test_row_entropy_bounds():
     )
     with pytest.raises(ValueError, match="non-negative"):
         att.row_entropy(torch.tensor([[1.5, -0.5]]))
+    from scipy.stats import entropy as scipy_entropy
+
+    np.testing.assert_allclose(H.numpy(), scipy_entropy(P.numpy(), axis=-1), atol=1e-13)
 
 
 def test_example_tokens_reproducible():
@@ -242,6 +302,11 @@ def test_example_tokens_reproducible():
         (lambda: att.sinkhorn(_rand(3, 3), n_iters=0), ValueError, "n_iters"),
         (lambda: att.sinkhorn(_rand(3, 3), tol=-1.0), ValueError, "tol"),
         (
+            lambda: att.sinkhorn(_rand(3, 3), n_newton_iters=-1),
+            ValueError,
+            "n_newton_iters",
+        ),
+        (
             lambda: att.sinkhorn(_rand(3, 3), on_nonconvergence="maybe"),
             ValueError,
             "on_nonconvergence",
@@ -273,3 +338,65 @@ def test_example_tokens_reproducible():
 def test_bad_input_is_named(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_entropy_vs_beta_against_direct_softmax_and_limits():
+    from scipy.stats import entropy as scipy_entropy
+
+    x = att.example_tokens(8, 2, seed=3)
+    betas = [0.0, 0.5, 2.0]
+    H = att.entropy_vs_beta(x, betas, kind="softmax")
+    assert H.shape == (3,)
+    assert float(H[0]) == pytest.approx(math.log(8), abs=1e-14)
+    for b, h in zip(betas, H):
+        P = direct(math.sqrt(b) * x.numpy(), math.sqrt(b) * x.numpy(), "softmax")
+        assert float(h) == pytest.approx(scipy_entropy(P, axis=-1).mean(), abs=1e-13)
+    # batched clouds: (n_betas, batch)
+    xs = torch.stack([att.example_tokens(8, 2, seed=s) for s in range(3)])
+    Hb = att.entropy_vs_beta(xs, betas, kind="ℓ²")
+    assert Hb.shape == (3, 3)
+    np.testing.assert_allclose(
+        Hb[:, 1].numpy(), att.entropy_vs_beta(xs[1], betas, kind="l2").numpy()
+    )
+    with pytest.raises(ValueError, match="kind"):
+        att.entropy_vs_beta(x, betas, kind="linear")
+    with pytest.raises(ValueError, match="betas"):
+        att.entropy_vs_beta(x, [-1.0])
+
+
+def test_linear_expansion_gap_is_the_second_order_term():
+    # softmax_j(eps s) = 1/n + eps s~_j / n + eps^2 (s~_j^2 - m2) / (2n) + O(eps^3)
+    S = _rand(5, 7, seed=40)
+    eps = 1e-4
+    c = S - S.mean(-1, keepdim=True)
+    second = ((c**2 - (c**2).mean(-1, keepdim=True)) / (2 * 7)).abs().max()
+    gap = att.linear_expansion_gap(S, eps)
+    assert float(gap) == pytest.approx(eps**2 * float(second), rel=1e-3)
+    batched = att.linear_expansion_gap(torch.stack([S, 2 * S]), eps)
+    assert batched.shape == (2,) and float(batched[0]) == pytest.approx(float(gap))
+    with pytest.raises(ValueError, match="eps"):
+        att.linear_expansion_gap(S, 0.0)
+
+
+def test_example_tokens_seed_convention():
+    g = torch.Generator().manual_seed(4)
+    assert torch.equal(
+        att.example_tokens(6, 2, seed=g), att.example_tokens(6, 2, seed=4)
+    )
+    torch.manual_seed(9)
+    a = att.example_tokens(6, 2)
+    torch.manual_seed(9)
+    assert torch.equal(a, att.example_tokens(6, 2))
+
+
+def test_sinkhorn_newton_with_token_masses_and_float32():
+    x = att.example_tokens(12, 2, seed=1)
+    w = torch.softmax(_rand(12, seed=41), -1)
+    S = 20.0 * x @ x.T
+    res = att.sinkhorn(S, log_marginal=w.log())
+    assert res.converged and res.newton_steps > 0
+    pi = (w[:, None] * res.plan).numpy()  # the plan with both marginals w
+    logk = (S + w.log()[None, :]).numpy()
+    _is_scaling_of(pi, logk, w.numpy(), w.numpy(), atol=1e-12)
+    r32 = att.sinkhorn(S.float(), tol=1e-5)
+    assert r32.plan.dtype == torch.float32 and r32.converged

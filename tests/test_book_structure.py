@@ -1,11 +1,13 @@
 """The book's structure: toc, Colab twins, captions, citations, and the build checks."""
 
 import re
+import sys
 from pathlib import Path
 
-from attnbook import build_tools
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))  # the build tooling is not part of the package
+
+import build_tools  # noqa: E402
 
 
 def test_every_toc_entry_exists():
@@ -127,3 +129,21 @@ def test_colab_install_cell_points_at_the_repository():
             assert 'if "google.colab" in sys.modules:' in text, (
                 f"{md.name}: install only on Colab"
             )
+
+
+def test_build_tooling_is_outside_the_runtime_package():
+    """Colab installs src/attnbook: the book's build tooling must not ship in it."""
+    package = ROOT / "src" / "attnbook"
+    assert not (package / "build_tools.py").exists()
+    assert not (package / "sphinxext.py").exists()
+    import yaml
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    local = config["sphinx"]["local_extensions"]
+    for module, folder in local.items():
+        assert (ROOT / folder / f"{module}.py").is_file(), (module, folder)
+    assert not any(
+        e.startswith("attnbook.") for e in config["sphinx"]["extra_extensions"]
+    )
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "attnbook.build_tools" not in makefile and "tools/build_tools.py" in makefile

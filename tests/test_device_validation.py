@@ -40,6 +40,33 @@ def test_generators_reproducible_and_validated():
     assert torch.equal(x, torch.rand(3))
 
 
+def test_resolve_generator_convention():
+    # an int seed: a fresh generator, the same numbers every time
+    a = torch.randn(4, generator=device.resolve_generator(5))
+    assert torch.equal(a, torch.randn(4, generator=device.resolve_generator(5)))
+    # a generator passed as the seed is used as is
+    g = device.make_generator(2)
+    assert device.resolve_generator(g) is g
+    # None is torch's global generator (seeded by seed_everything), never seed 0
+    assert device.resolve_generator(None) is torch.default_generator
+    device.seed_everything(11)
+    b = torch.randn(4, generator=device.resolve_generator(None))
+    device.seed_everything(11)
+    assert torch.equal(b, torch.randn(4))
+    torch.manual_seed(123)
+    zero = torch.randn(4, generator=device.make_generator(0))
+    assert not torch.equal(torch.randn(4, generator=device.resolve_generator()), zero)
+    with pytest.raises(TypeError, match="seed"):
+        device.resolve_generator(1.5)
+    with pytest.raises(TypeError, match="seed"):
+        device.resolve_generator("0")
+    with pytest.raises(ValueError, match="seed"):
+        device.resolve_generator(-3)
+    if torch.cuda.is_available():
+        cuda = device.resolve_generator(None, device="cuda")
+        assert cuda.device.type == "cuda"
+
+
 def test_setup_chapter(monkeypatch, capsys):
     monkeypatch.setenv("ATTNBOOK_DEVICE", "cpu")
     ch = setup_chapter("foundations/attention-maps", title="Attention maps", seed=3)

@@ -1,9 +1,12 @@
 """attnbook — the package behind the book *How attention learns and behaves*.
 
-Shared modules (``attention``, ``claims``, ``device``, ``validation``, ``plotting``,
-``notebook``) serve three theory subpackages: ``attnbook.focus`` (focus and dilution),
-``attnbook.copyhead`` (the copy head as a phase transition) and ``attnbook.pde`` (deep
-transformers as a mean-field PDE). Subpackages are imported on demand.
+Base modules (``validation``, ``linalg``, ``errors``, ``device``, ``results``, ``plotting``)
+and shared models (``attention`` and the samplers, trainers and flows) serve three theory
+subpackages: ``attnbook.focus`` (focus and dilution), ``attnbook.copyhead`` (the copy head as
+a phase transition) and ``attnbook.pde`` (deep transformers as a mean-field PDE). ``claims``
+is the book's claims ledger and ``notebook.setup_chapter`` the first cell of every chapter.
+Subpackages are imported on demand. The book's build tooling is not part of the package: it
+lives in the repository's ``tools/`` folder.
 """
 
 __version__ = "0.1.0"

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .device import resolve_generator
+from .linalg import entropy
 from .validation import (
     as_tensor,
     check_choice,
@@ -53,7 +55,10 @@ __all__ = [
     "SinkhornResult",
     "example_tokens",
     "row_entropy",
+    "entropy_vs_beta",
+    "linear_expansion_gap",
     "SinkhornNotConverged",
+    "SinkhornWarning",
     "self_attention",
 ]
 
@@ -102,9 +107,12 @@ class SinkhornResult:
     plan: torch.Tensor  #: (..., n, m), rows sum to 1, columns to n/m
     log_u: torch.Tensor  #: row potentials f
     log_v: torch.Tensor  #: column potentials g
-    iterations: int  #: full (row + column) iterations used
+    iterations: int  #: full (row + column) Sinkhorn iterations used
     max_error: float  #: largest deviation of a column sum from n/m at the end
     converged: bool
+    newton_steps: int = (
+        0  #: Newton steps used after the Sinkhorn iterations (0: none needed)
+    )
 
 
 def scores(queries, keys, *, scale: float = 1.0) -> torch.Tensor:
@@ -134,15 +142,73 @@ def _common_dtype(*ts: torch.Tensor):
     return tuple(t.to(dtype) for t in ts)
 
 
+def _newton_polish(M, f, g, log_r, log_c, n_steps: int, tol: float):
+    """Newton steps on the dual of the scaling problem, from Sinkhorn's potentials.
+
+    The plan is ``exp(M + f_i + g_j)``; its row sums must be ``exp(log_r)`` and its column sums
+    ``exp(log_c)``. Newton's method on the convex dual (gradient: the marginal errors; Hessian:
+    ``[[diag(rows), plan], [planᵀ, diag(cols)]]``, made invertible by the rank-one term that
+    fixes the shift ``f + t, g − t``) converges quadratically where Sinkhorn's linear rate is
+    close to 1 (nearly decoupled blocks of tokens). A step is halved until the marginal error
+    decreases.
+    """
+    n, m = M.shape[-2], M.shape[-1]
+    r, c = log_r.exp(), log_c.exp()
+    ones = torch.ones(n + m, dtype=M.dtype, device=M.device)
+    v = torch.cat([ones[:n], -ones[n:]]) / math.sqrt(n + m)
+
+    def residual(f_, g_):
+        plan = (M + f_.unsqueeze(-1) + g_.unsqueeze(-2)).exp()
+        res = torch.cat([plan.sum(-1) - r, plan.sum(-2) - c], dim=-1)
+        return plan, res
+
+    plan, res = residual(f, g)
+    norm = res.abs().amax(-1)
+    used = 0
+    for used in range(n_steps + 1):  # noqa: B007 - `used` is returned
+        if used == n_steps or float(norm.max()) <= tol:
+            break
+        rows, cols = plan.sum(-1), plan.sum(-2)
+        J = (
+            torch.cat(
+                [
+                    torch.cat([torch.diag_embed(rows), plan], dim=-1),
+                    torch.cat([plan.mT, torch.diag_embed(cols)], dim=-1),
+                ],
+                dim=-2,
+            )
+            + v.unsqueeze(-1) * v
+        )
+        step = torch.linalg.solve(J, -res.unsqueeze(-1)).squeeze(-1)
+        t = torch.ones_like(norm)
+        for _ in range(30):  # backtracking, per problem of the batch
+            f_new = f + t.unsqueeze(-1) * step[..., :n]
+            g_new = g + t.unsqueeze(-1) * step[..., n:]
+            plan_new, res_new = residual(f_new, g_new)
+            norm_new = res_new.abs().amax(-1)
+            worse = ~(norm_new < norm) & (norm > tol)
+            if not bool(worse.any()):
+                break
+            t = torch.where(worse, t / 2, t)
+        keep = (norm_new < norm).unsqueeze(-1)
+        f, g = torch.where(keep, f_new, f), torch.where(keep, g_new, g)
+        plan, res = residual(f, g)
+        if not bool(keep.any()):
+            break
+        norm = res.abs().amax(-1)
+    return f, g, used
+
+
 def sinkhorn(
     log_kernel,
     *,
     log_marginal=None,
     n_iters: int = 500,
     tol: float = 1e-9,
+    n_newton_iters: int = 30,
     on_nonconvergence: str = "warn",
 ) -> SinkhornResult:
-    r"""Scale :math:`e^{\text{log\_kernel}}` to a transport plan, in log space.
+    r"""Scale a positive kernel :math:`K = e^{L}` (``log_kernel`` is :math:`L`) to a transport plan.
 
     Without ``log_marginal``: rows sum to 1 and columns to n/m (uniform marginals); stops when
     every column sum is within ``tol`` of n/m. With ``log_marginal`` (the log-masses
@@ -151,16 +217,22 @@ def sinkhorn(
     both :math:`w`, i.e. rows sum to 1 and :math:`\sum_i w_i P_{ij} = w_j`; stops when that holds
     to relative ``tol``.
 
-    Alternates row and column normalisations of ``log P = log_kernel + f_i + g_j`` (stable for
-    large scores: no exponential overflows). ``on_nonconvergence`` is ``"warn"`` (default,
-    :class:`SinkhornWarning`), ``"raise"`` (:class:`SinkhornNotConverged`) or ``"ignore"``;
-    a non-finite error always raises. The result says whether it converged.
+    Runs up to ``n_iters`` Sinkhorn iterations, alternating row and column normalisations of
+    :math:`\log P = L + f_i + g_j` in log space (no exponential overflows for large scores).
+    Sinkhorn converges linearly, at a rate that approaches 1 when the kernel nearly splits
+    into blocks (two clusters of tokens at a low temperature); if ``tol`` is not reached, up
+    to ``n_newton_iters`` Newton steps on the dual problem finish the job (quadratic
+    convergence; each solves an ``(n + m)``-dimensional linear system; 0 turns them off).
+    ``on_nonconvergence`` is ``"warn"`` (default, :class:`SinkhornWarning`), ``"raise"``
+    (:class:`SinkhornNotConverged`) or ``"ignore"``; a non-finite error always raises. The
+    result says whether it converged and how many iterations of each kind it used.
     """
     logk = check_finite(
         check_ndim(as_tensor(log_kernel, "log_kernel"), "log_kernel", 2, at_least=True),
         "log_kernel",
     )
     n_iters = check_positive_int(n_iters, "n_iters")
+    n_newton_iters = check_positive_int(n_newton_iters, "n_newton_iters", minimum=0)
     tol = check_positive(tol, "tol")
     check_choice(on_nonconvergence, "on_nonconvergence", ("warn", "raise", "ignore"))
     n, m = logk.shape[-2], logk.shape[-1]
@@ -181,6 +253,14 @@ def sinkhorn(
             )
         logk = logk + lw.unsqueeze(-2)  # the column masses w_j are part of the plan
         row_lw, target = lw.unsqueeze(-1), lw
+
+    def column_error(f_, g_):
+        # log of the (weighted) column sums of the row-normalised plan, and their error
+        col_ = torch.logsumexp(logk + f_.unsqueeze(-1) + row_lw, dim=-2) + g_
+        if log_marginal is None:
+            return col_, float((col_.exp() - n / m).abs().max())
+        return col_, float((col_ - target).exp().sub(1).abs().max())
+
     f = torch.zeros(logk.shape[:-1], dtype=logk.dtype, device=logk.device)
     g = torch.zeros(logk.shape[:-2] + (m,), dtype=logk.dtype, device=logk.device)
     err = float("inf")
@@ -188,22 +268,31 @@ def sinkhorn(
     for it in range(1, n_iters + 1):  # noqa: B007 - `it` is reported after the loop
         # row step: log sum_j exp(logk + g_j) + f_i = 0  (this alone is softmax)
         f = -torch.logsumexp(logk + g.unsqueeze(-2), dim=-1)
-        # log of the (weighted) column sums of the row-normalised plan, before rescaling them
-        col = torch.logsumexp(logk + f.unsqueeze(-1) + row_lw, dim=-2) + g
-        if log_marginal is None:
-            err = float((col.exp() - n / m).abs().max())
-        else:
-            err = float((col - target).exp().sub(1).abs().max())
+        col, err = column_error(f, g)
         if err <= tol:
             break
         g = g + target - col
     else:
         f = -torch.logsumexp(logk + g.unsqueeze(-2), dim=-1)
+    newton = 0
+    if err > tol and n_newton_iters > 0 and math.isfinite(err):
+        # the plan pi = exp(M + f + g) with row sums r and column sums c (see the docstring)
+        M = logk + row_lw
+        log_r = torch.zeros_like(f) if log_marginal is None else lw.expand_as(f)
+        log_c = target.expand_as(g)
+        _, g_try, newton = _newton_polish(
+            M, f, g, log_r, log_c, n_newton_iters, tol * 1e-3
+        )
+        f_try = -torch.logsumexp(logk + g_try.unsqueeze(-2), dim=-1)
+        _, err_try = column_error(f_try, g_try)
+        if err_try < err:
+            f, g, err = f_try, g_try, err_try
     plan = (logk + f.unsqueeze(-1) + g.unsqueeze(-2)).exp()
     converged = err <= tol
     if not converged:
         msg = (
-            f"Sinkhorn did not converge in {n_iters} iterations: column error {err:.3g} > "
+            f"Sinkhorn did not converge in {n_iters} iterations"
+            f"{f' and {newton} Newton steps' if newton else ''}: column error {err:.3g} > "
             f"tol {tol:.3g}; increase n_iters or scale the scores down"
         )
         if on_nonconvergence == "raise" or not math.isfinite(err):
@@ -211,7 +300,13 @@ def sinkhorn(
         if on_nonconvergence == "warn":
             warnings.warn(msg, SinkhornWarning, stacklevel=2)
     return SinkhornResult(
-        plan=plan, log_u=f, log_v=g, iterations=it, max_error=err, converged=converged
+        plan=plan,
+        log_u=f,
+        log_v=g,
+        iterations=it,
+        max_error=err,
+        converged=converged,
+        newton_steps=newton,
     )
 
 
@@ -223,7 +318,7 @@ def attention_weights(
     causal: bool = False,
     bias: float = 0.0,
     scale: float = 1.0,
-    sinkhorn_iters: int = 500,
+    n_sinkhorn_iters: int = 500,
     sinkhorn_tol: float = 1e-9,
 ) -> torch.Tensor:
     """Attention weights ``(..., n_q, n_k)`` of one of :data:`KINDS` (see the module docstring).
@@ -288,7 +383,7 @@ def attention_weights(
     elif kind == "sigmoid":
         w = torch.sigmoid(s + bias) / n_visible
     else:  # sinkhorn
-        return sinkhorn(s, n_iters=sinkhorn_iters, tol=sinkhorn_tol).plan
+        return sinkhorn(s, n_iters=n_sinkhorn_iters, tol=sinkhorn_tol).plan
     return w if mask is None else w.masked_fill(~mask, 0.0)
 
 
@@ -302,7 +397,7 @@ def self_attention(
     causal: bool = False,
     bias: float = 0.0,
     scale: float | None = None,
-    sinkhorn_iters: int = 500,
+    n_sinkhorn_iters: int = 500,
     sinkhorn_tol: float = 1e-9,
 ) -> torch.Tensor:
     r"""One (multi-head) self-attention layer without residual: :math:`\sum_h P^h X V_h^\top`.
@@ -351,7 +446,7 @@ def self_attention(
         causal=causal,
         bias=bias,
         scale=sc,
-        sinkhorn_iters=sinkhorn_iters,
+        n_sinkhorn_iters=n_sinkhorn_iters,
         sinkhorn_tol=sinkhorn_tol,
     )
     out = P @ (Xh @ Vm.transpose(-1, -2))  # (..., h, n, d_out)
@@ -359,27 +454,70 @@ def self_attention(
 
 
 def example_tokens(
-    n: int = 12, d: int = 2, *, seed: int = 0, dtype=torch.float64
+    n: int = 12, d: int = 2, *, seed=None, dtype=torch.float64
 ) -> torch.Tensor:
     """A reproducible token cloud for demonstrations: two Gaussian clusters in ``R^d``.
 
     The first ``n // 2`` tokens lie around ``+e_1``, the rest around ``−e_1`` (sd 0.35), so
-    every attention map has visible block structure.
+    every attention map has visible block structure. ``seed``: an int or a
+    ``torch.Generator``; ``None`` draws from torch's global generator
+    (:func:`attnbook.device.resolve_generator`).
     """
     n = check_positive_int(n, "n", minimum=2)
     d = check_positive_int(d, "d")
-    g = torch.Generator().manual_seed(int(seed))
+    g = resolve_generator(seed)
     centres = torch.zeros(n, d, dtype=dtype)
     centres[: n // 2, 0] = 1.0
     centres[n // 2 :, 0] = -1.0
     return centres + 0.35 * torch.randn(n, d, generator=g, dtype=dtype)
 
 
-def row_entropy(weights) -> torch.Tensor:
-    """Shannon entropy (nats) of each row of a row-stochastic weight matrix, ``(..., n_q)``."""
+def entropy_vs_beta(tokens, betas, *, kind: str = "softmax") -> torch.Tensor:
+    r"""Mean row entropy of self-attention on ``tokens`` at each inverse temperature β.
+
+    Queries and keys are :math:`\sqrt\beta\,x` (so the scores are :math:`\beta\langle x_i,
+    x_j\rangle`); ``kind`` is a normalised map (softmax, l2 or sinkhorn). ``tokens``:
+    ``(..., n, d)``; returns ``(len(betas), ...)``.
+    """
+    kind = resolve_kind(kind, ("softmax", "l2", "sinkhorn"))
+    x = check_finite(
+        check_ndim(as_tensor(tokens, "tokens"), "tokens", 2, at_least=True), "tokens"
+    )
+    b = check_finite(as_tensor(betas, "betas", dtype=x.dtype), "betas").reshape(-1)
+    if bool((b < 0).any()):
+        raise ValueError("betas must be non-negative")
+    rows = []
+    for beta in b:
+        q = beta.sqrt() * x
+        rows.append(row_entropy(attention_weights(q, q, kind=kind)).mean(-1))
+    return torch.stack(rows)
+
+
+def linear_expansion_gap(scores, eps) -> torch.Tensor:
+    r"""How far softmax is from its first-order expansion: uniform pooling plus linear attention.
+
+    :math:`\max_{ij}\bigl|\operatorname{softmax}_j(\varepsilon s_i) - \tfrac1n
+    - \tfrac{\varepsilon}{n}(s_{ij} - \bar s_i)\bigr|` for a score matrix ``scores``
+    ``(..., n_q, n)``, batched over leading dimensions. It is
+    :math:`O(\varepsilon^2)`: halving ``eps`` divides it by about 4.
+    """
+    S = check_finite(
+        check_ndim(as_tensor(scores, "scores"), "scores", 2, at_least=True), "scores"
+    )
+    eps = check_positive(eps, "eps")
+    n = S.shape[-1]
+    approx = 1 / n + eps * (S - S.mean(-1, keepdim=True)) / n
+    return (torch.softmax(eps * S, dim=-1) - approx).abs().amax(dim=(-2, -1))
+
+
+def row_entropy(weights):
+    """Shannon entropy (nats) of each row of a row-stochastic weight matrix, ``(..., n_q)``.
+
+    :func:`attnbook.linalg.entropy` along the last axis (NumPy in, NumPy out).
+    """
     P = check_finite(as_tensor(weights, "weights"), "weights")
     if bool((P < 0).any()):
         raise ValueError(
             "weights must be non-negative to have an entropy (linear attention is not)"
         )
-    return -(torch.xlogy(P, P)).sum(-1)
+    return entropy(weights, dim=-1)

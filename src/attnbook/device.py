@@ -1,9 +1,12 @@
 """Where tensors live and how random draws are seeded.
 
 ``default_device()`` picks CUDA when it is available and CPU otherwise; the environment
-variable ``ATTNBOOK_DEVICE`` (e.g. ``cpu``) or an explicit argument overrides it. Every
-function in the package that draws random numbers takes a ``seed`` or a ``torch.Generator``
-made by :func:`make_generator`, so the same seed gives the same numbers on the CPU.
+variable ``ATTNBOOK_DEVICE`` (e.g. ``cpu``) or an explicit argument overrides it.
+
+Random state: every function in the package that draws random numbers takes ``seed``, an
+``int`` or a ``torch.Generator``, and turns it into a generator with
+:func:`resolve_generator`. The same int seed gives the same numbers on the CPU; ``seed=None``
+means torch's global generator (seeded by :func:`seed_everything`), never silently 0.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ __all__ = [
     "make_generator",
     "seed_everything",
     "resolve_generator",
+    "global_generator",
     "on_colab",
     "describe",
 ]
@@ -45,7 +49,10 @@ def default_device(prefer: str | torch.device | None = None) -> torch.device:
 def make_generator(
     seed: int, device: str | torch.device | None = "cpu"
 ) -> torch.Generator:
-    """A ``torch.Generator`` on ``device`` seeded with ``seed`` (an int >= 0)."""
+    """A fresh ``torch.Generator`` on ``device`` seeded with ``seed`` (an int >= 0).
+
+    Raises ``TypeError`` for a non-integer seed and ``ValueError`` for a negative one.
+    """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
     if seed < 0:
@@ -55,14 +62,37 @@ def make_generator(
     return g
 
 
+def global_generator(device: str | torch.device | None = "cpu") -> torch.Generator:
+    """Torch's global generator for ``device`` (the one ``torch.manual_seed`` seeds)."""
+    dev = torch.device(device if device is not None else "cpu")
+    if dev.type == "cuda":
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        return torch.cuda.default_generators[index]
+    if dev.type != "cpu":
+        raise ValueError(
+            f"device {str(dev)!r} has no global generator here; pass an int seed instead"
+        )
+    return torch.default_generator
+
+
 def resolve_generator(
-    seed: int | None = None,
+    seed: int | torch.Generator | None = None,
     generator: torch.Generator | None = None,
     device: str | torch.device | None = "cpu",
 ) -> torch.Generator:
-    """Accept either a seed or a generator (not both) and return a generator.
+    """The generator a function that draws random numbers uses, from its ``seed`` argument.
 
-    With neither, seed 0 is used: results are reproducible by default.
+    The package's convention for random state:
+
+    * ``seed`` an ``int`` (>= 0): a fresh generator on ``device`` seeded with it, so the same
+      seed gives the same numbers;
+    * ``seed`` a ``torch.Generator``: that generator, used as is (its state advances);
+    * ``seed=None``: torch's global generator for ``device`` (:func:`global_generator`), which
+      :func:`seed_everything` — and so ``attnbook.setup_chapter`` — seeds. ``None`` never
+      silently means 0.
+
+    ``generator`` is the older spelling of a generator argument, still accepted; give at most
+    one of ``seed`` and ``generator``. Raises ``TypeError`` for anything else.
     """
     if generator is not None:
         if seed is not None:
@@ -72,7 +102,11 @@ def resolve_generator(
                 f"generator must be a torch.Generator, got {type(generator).__name__}"
             )
         return generator
-    return make_generator(0 if seed is None else seed, device)
+    if isinstance(seed, torch.Generator):
+        return seed
+    if seed is None:
+        return global_generator(device)
+    return make_generator(seed, device)
 
 
 def seed_everything(seed: int) -> None:

@@ -19,6 +19,7 @@ __all__ = [
     "to_numpy",
     "matrix_panels",
     "annotate_value",
+    "entropy_curves",
 ]
 
 #: One colour per attention kind, the same in every chapter.
@@ -141,3 +142,32 @@ def annotate_value(ax, text: str, *, loc: str = "upper right") -> None:
         fontsize=9,
         bbox=dict(boxstyle="round,pad=0.25", fc="white", ec="0.8", alpha=0.9),
     )
+
+
+def entropy_curves(
+    betas, curves: Mapping[str, object], *, n: int | None = None, ax=None
+):
+    """Mean row entropy against the inverse temperature β, one curve per attention kind.
+
+    ``curves`` maps a kind (a key of :data:`KIND_LABELS`) to its entropies at ``betas``; with
+    ``n`` a dotted line marks log n, the entropy of uniform attention. Returns ``(fig, ax)``.
+    """
+    if not curves:
+        raise ValueError("curves must hold at least one curve")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    else:
+        fig = ax.figure
+    b = to_numpy(betas)
+    for kind, values in curves.items():
+        ax.semilogx(
+            b,
+            to_numpy(values),
+            label=KIND_LABELS.get(kind, kind),
+            color=KIND_COLORS.get(kind),
+        )
+    if n is not None:
+        ax.axhline(np.log(n), ls=":", color="0.5", label="log n (uniform)")
+    ax.set(xlabel="inverse temperature β", ylabel="mean row entropy (nats)")
+    ax.legend()
+    return fig, ax

@@ -1,6 +1,7 @@
 """Book maintenance: the table of contents, Colab notebooks, MathJax, and checks of the built HTML.
 
-Run as ``python -m attnbook.build_tools COMMAND`` (the Makefile does):
+Build tooling, kept out of the runtime package that Colab installs. Run from the repository
+root as ``python tools/build_tools.py COMMAND`` (the Makefile does):
 
 ``sync-notebooks``
     write the Colab ``.ipynb`` twin of every notebook chapter from its MyST ``.md`` source;
@@ -46,7 +47,7 @@ COLAB_METADATA = {"accelerator": "GPU", "colab": {"provenance": [], "gpuType": "
 
 def find_root(start: Path | None = None) -> Path:
     """The repository root: the nearest folder holding ``_toc.yml``."""
-    from .claims import find_book_root
+    from attnbook.claims import find_book_root
 
     root = find_book_root(start)
     if root is None:
@@ -260,7 +261,7 @@ def check_html(build_dir: Path, root: Path | None = None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attnbook.build_tools",
+        prog="python tools/build_tools.py",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,4 +1,4 @@
-"""A small Sphinx extension for the book.
+"""A small Sphinx extension for the book (loaded by ``sphinx: local_extensions`` in ``_config.yml``).
 
 It reads (and so executes) the claims-ledger page after every other page, so the ledger
 shows the claims of the chapters executed in the same build, and it tells the chapters'
