@@ -156,6 +156,11 @@ def load_text(
             tried.append(str(f))
             if f.is_file():
                 return f.read_text(encoding="utf-8")
+    if download and not _offline():
+        from .download import EXCERPTS, excerpt_text
+
+        if (name, split) in EXCERPTS:  # the book's bounded excerpt (see attnbook.download)
+            return excerpt_text(name, split)
     reason = None
     if not download:
         reason = "downloads disabled (download=False)"
