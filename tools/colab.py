@@ -14,6 +14,9 @@ Run as ``python -m tools.colab COMMAND`` from the repository root (the Makefile 
     its chapter or of the release settings (run ``make sync-notebooks``).
 ``install-cell``
     print the install cell.
+``excerpts DIR``
+    write the data excerpts (``attnbook.download``) from a local data folder into ``DIR``,
+    for a publisher to upload as assets of the release.
 
 The release settings are set once: the repository URL (``repository.url`` in ``_config.yml``),
 the published book (``html.baseurl``) and the package version (``pyproject.toml``); the release
@@ -383,7 +386,10 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=["sync", "check", "install-cell"])
+    parser.add_argument(
+        "command", choices=["sync", "check", "install-cell", "excerpts"]
+    )
+    parser.add_argument("out", nargs="?", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.command == "sync":
         for p in sync():
@@ -392,6 +398,16 @@ def main(argv: list[str] | None = None) -> int:
         problems = check()
         print("\n".join(problems) or "all Colab notebooks current")
         return 1 if problems else 0
+    elif args.command == "excerpts":
+        from attnbook.data import find_data_dir
+        from attnbook.download import base_url, build_excerpts
+
+        folder = next((d for d in find_data_dir() if d.is_dir()), None)
+        if folder is None or args.out is None:
+            parser.error("usage: excerpts DIR, with ATTNBOOK_DATA_DIR naming the data")
+        for path in build_excerpts(args.out, data_dir=folder).values():
+            print(f"wrote {path} ({path.stat().st_size} bytes)")
+        print(f"upload them as assets of the release: {base_url()}")
     else:
         print(install_cell_source(release()))
     return 0
