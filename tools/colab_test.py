@@ -69,9 +69,12 @@ print(json.dumps({"notebook": path, "wall_s": time.perf_counter() - t0, "error":
 """
 
 
-def _run(cmd, **kw):
+def _run(cmd):
     print("+", " ".join(map(str, cmd)), flush=True)
-    return subprocess.run(cmd, check=True, **kw)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(proc.stdout[-3000:], proc.stderr[-3000:], sep="\n")
+        raise SystemExit(f"failed: {' '.join(map(str, cmd))}")
 
 
 def make_venv(venv: Path) -> Path:

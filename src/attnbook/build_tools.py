@@ -247,6 +247,7 @@ def check_html(build_dir: Path, root: Path | None = None) -> dict:
                         f"{page.relative_to(build_dir)}: Colab link {href} names no notebook "
                         f"in the repository"
                     )
+    problems += __import__("tools.html_hygiene").html_hygiene.check_pages(build_dir, root)
     chapters = notebook_chapters(root)
     return {
         "pages": len(pages),
