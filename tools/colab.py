@@ -19,7 +19,8 @@ Run as ``python -m tools.colab COMMAND`` from the repository root (the Makefile 
     for a publisher to upload as assets of the release.
 
 The release settings are set once: the repository URL (``repository.url`` in ``_config.yml``),
-the published book (``html.baseurl``) and the package version (``pyproject.toml``); the release
+the published book (``html.baseurl``) and the package version (``attnbook.__version__``, which
+``pyproject.toml`` reads); the release
 tag is ``v<version>`` and ``repository.branch`` must name it (the launch buttons open the
 notebooks at that tag, and the install cell installs the package at that tag).
 """
@@ -72,7 +73,7 @@ LEDGER_CHAPTER = "reference/claims-ledger"
 @dataclass(frozen=True)
 class Release:
     url: str  # https://github.com/owner/repo
-    version: str  # package version (pyproject.toml)
+    version: str  # package version (attnbook.__version__)
     branch: str  # repository.branch of _config.yml (must equal tag)
     baseurl: str  # published book, ends with /
 
@@ -93,10 +94,10 @@ def release(root: Path | None = None) -> Release:
     """The release settings of ``_config.yml`` and ``pyproject.toml``."""
     root = ROOT if root is None else Path(root)
     cfg = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
-    text = (root / "pyproject.toml").read_text(encoding="utf-8")
-    m = re.search(r'^version\s*=\s*"([^"]+)"', text, flags=re.M)
+    text = (root / "src" / "attnbook" / "__init__.py").read_text(encoding="utf-8")
+    m = re.search(r'^__version__\s*=\s*"([^"]+)"', text, flags=re.M)
     if m is None:
-        raise ValueError("pyproject.toml: no [project] version")
+        raise ValueError("src/attnbook/__init__.py: no __version__")
     repo = cfg.get("repository") or {}
     base = (cfg.get("html") or {}).get("baseurl") or ""
     if not repo.get("url") or not base:
@@ -356,7 +357,7 @@ def check(root: Path | None = None) -> list[str]:
     if rel.branch != rel.tag:
         problems.append(
             f"_config.yml: repository.branch is {rel.branch!r}, but the release tag is "
-            f"{rel.tag!r} (version {rel.version} in pyproject.toml): set them together"
+            f"{rel.tag!r} (attnbook.__version__ = {rel.version!r}): set them together"
         )
     for md in notebook_chapters(root):
         nb_path = md.with_suffix(".ipynb")
