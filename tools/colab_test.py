@@ -181,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         py = venv / "bin" / "python"
         if not (args.reuse_venv and py.is_file()):
             make_venv(venv)
+        else:  # as fresh as Colab: the notebooks' install cell installs attnbook
+            _run([str(py), "-m", "pip", "uninstall", "--quiet", "--yes", "attnbook"])
         t_venv = time.perf_counter() - t_start
         data_dirs = [d for d in find_data_dir() if d.is_dir()]
         if not data_dirs:
