@@ -104,7 +104,7 @@ def test_postprocess_of_a_tojupyter_notebook(tmp_path):
                 "source": "See [[Chen *et al.*, 2026](../reference/bibliography.ipynb#id2)] "
                 "and [Proposition 3](other.ipynb#prop-x); $ x^2 $ and $$\ny\n$$",
             },
-            {"cell_type": "code", "source": "x = 1", "metadata": {"tags": ["a"]}},
+            {"cell_type": "code", "source": "x = 1\n", "metadata": {"tags": ["a"]}},
             {
                 "cell_type": "markdown",
                 "source": "##  (Shift invariance)Exercise 1\n\nShow it.",
@@ -118,8 +118,9 @@ def test_postprocess_of_a_tojupyter_notebook(tmp_path):
             {"cell_type": "markdown", "source": "**Proof.**\n\nProof. Easy."},
         ],
     }
-    nb = colab.postprocess(raw, "book/part/ch", md, REL)
+    nb = colab.postprocess(raw, "book/part/ch", md, REL, {"x = 1": "A line."})
     src = [c["source"] for c in nb["cells"]]
+    assert src.pop(3) == "**Figure.** A line."
     base = REL.baseurl
     assert src[0] == colab.install_cell_source(REL)
     assert src[1] == (
@@ -246,3 +247,11 @@ def test_notebooks_are_not_collected_by_nbval(path):
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)
     assert conftest.pytest_ignore_collect(path, None) is True
+
+
+def test_every_figure_caption_reaches_the_notebook():
+    for md in colab.notebook_chapters(ROOT):
+        captions = colab.figure_captions(md)
+        cells = _nb(md.with_suffix(".ipynb"))["cells"]
+        shown = [c["source"] for c in cells if c["source"].startswith("**Figure.** ")]
+        assert shown == [f"**Figure.** {c}" for c in captions.values()], md.name

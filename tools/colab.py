@@ -56,7 +56,7 @@ __all__ = [
 ROOT = Path(__file__).resolve().parents[1]
 
 #: bump when the post-processing changes: every notebook is then stale
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 #: the environment variable that makes the install cell install a pip requirement of your choice
 #: (a ``git+file://`` URL of a checkout, a wheel, a branch...) instead of the release, also
@@ -202,8 +202,26 @@ def _is_heading(cell: dict) -> bool:
     return cell["cell_type"] == "markdown" and cell["source"].lstrip().startswith("#")
 
 
-def postprocess(nb: dict, docname: str, md: Path, rel: Release) -> dict:
-    """Turn one sphinx-tojupyter notebook into the Colab notebook of chapter ``docname``."""
+def figure_captions(md: Path) -> dict[str, str]:
+    """Code-cell source → its figure caption (sphinx-tojupyter drops the captions)."""
+    import jupytext
+
+    out = {}
+    for cell in jupytext.read(md).cells:
+        caption = cell.metadata.get("mystnb", {}).get("figure", {}).get("caption")
+        if cell.cell_type == "code" and caption:
+            out[cell.source.strip()] = " ".join(caption.split())
+    return out
+
+
+def postprocess(
+    nb: dict, docname: str, md: Path, rel: Release, captions: dict | None = None
+) -> dict:
+    """Turn one sphinx-tojupyter notebook into the Colab notebook of chapter ``docname``.
+
+    ``captions`` (code-cell source → caption) puts each figure's caption after its cell.
+    """
+    captions = captions or {}
     cells = []
     for c in nb["cells"]:
         c = copy.deepcopy(c)
@@ -217,6 +235,9 @@ def postprocess(nb: dict, docname: str, md: Path, rel: Release) -> dict:
             c["metadata"] = {}
             c["outputs"], c["execution_count"] = [], None
         cells.append(c)
+        if c["cell_type"] == "code" and c["source"].strip() in captions:
+            caption = captions[c["source"].strip()]
+            cells.append(_new_cell("markdown", f"**Figure.** {caption}", "caption"))
 
     # solutions (a "Solution to Exercise N" heading up to the next heading) go to the end
     body, solutions, in_solution = [], [], False
@@ -340,7 +361,7 @@ def sync(root: Path | None = None) -> list[Path]:
         for md in notebook_chapters(root):
             docname = md.relative_to(root).with_suffix("").as_posix()
             raw = json.loads((raw_dir / f"{docname}.ipynb").read_text(encoding="utf-8"))
-            nb = postprocess(raw, docname, md, rel)
+            nb = postprocess(raw, docname, md, rel, figure_captions(md))
             target = md.with_suffix(".ipynb")
             target.write_text(
                 json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
