@@ -255,3 +255,23 @@ def test_every_figure_caption_reaches_the_notebook():
         cells = _nb(md.with_suffix(".ipynb"))["cells"]
         shown = [c["source"] for c in cells if c["source"].startswith("**Figure.** ")]
         assert shown == [f"**Figure.** {c}" for c in captions.values()], md.name
+
+
+def test_chapters_load_the_data_with_the_excerpts_split_and_cap():
+    """On Colab the loader downloads an excerpt: every load_corpus call of a chapter names a
+    split and a cap that one excerpt holds, so Colab reads the book's own data."""
+    from attnbook.download import EXCERPTS
+
+    calls = []
+    for md in colab.notebook_chapters(ROOT):
+        calls += re.findall(r"load_corpus\(([^)]*)\)", md.read_text(encoding="utf-8"))
+    assert calls
+    for args in calls:
+        m = re.match(
+            r'\s*"([\w-]+)",\s*\w+,\s*split="(\w+)",\s*max_tokens=([\d_]+)\s*$', args
+        )
+        assert m, f"load_corpus({args}) must pass split= and max_tokens="
+        ex = EXCERPTS.get((m.group(1), m.group(2)))
+        assert ex is not None and int(m.group(3).replace("_", "")) == ex.max_tokens, (
+            args
+        )
