@@ -127,7 +127,7 @@ def test_colab_install_cell_points_at_the_release():
     ).group(1)
     assert rel.requirement == f"git+{url}@v{rel.version}"
     for md in build_tools.notebook_chapters(ROOT):
-        assert "pip" not in md.read_text(encoding="utf-8"), f"{md.name}: install code"
+        assert '"pip"' not in md.read_text(encoding="utf-8"), f"{md.name}: install code"
         nb = json.loads(md.with_suffix(".ipynb").read_text(encoding="utf-8"))
         first = next(c for c in nb["cells"] if c["cell_type"] == "code")
         assert f'"{rel.requirement}"' in first["source"], md.name
