@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     selected = [i for i in ids if i != LEDGER and (not args.only or i in args.only)]
     from attnbook.data import find_data_dir
-    from attnbook.download import build_excerpts
+    from attnbook.download import EXCERPTS, build_excerpts
 
     with tempfile.TemporaryDirectory(prefix="attnbook-colab-test-") as tmp:
         tmp = Path(tmp)
@@ -222,6 +222,17 @@ def main(argv: list[str] | None = None) -> int:
                 results += list(pool.map(run, nbs[1:]))
         ledger = tmp / "ledger"
         records = [json.loads(p.read_text()) for p in sorted(ledger.glob("*.json"))]
+        downloaded = sorted(p.name for p in (tmp / "cache" / "data").glob("*.txt"))
+        if "focus/real-text" in selected:  # its data came from the loopback server
+            expected = sorted(ex.filename for ex in EXCERPTS.values())
+            if downloaded != expected:
+                results.append(
+                    {
+                        "notebook": str(ROOT / "book" / "focus" / "real-text.ipynb"),
+                        "wall_s": 0.0,
+                        "error": f"excerpts downloaded {downloaded}, expected {expected}",
+                    }
+                )
 
     failed = [r for r in results if r["error"]]
     recorded = {rec["chapter"] for rec in records}
