@@ -247,7 +247,9 @@ def check_html(build_dir: Path, root: Path | None = None) -> dict:
                         f"{page.relative_to(build_dir)}: Colab link {href} names no notebook "
                         f"in the repository"
                     )
-    problems += __import__("tools.html_hygiene").html_hygiene.check_pages(build_dir, root)
+    from tools.html_hygiene import check_pages  # warnings, tracebacks, local paths
+
+    problems += check_pages(build_dir, root)
     chapters = notebook_chapters(root)
     return {
         "pages": len(pages),

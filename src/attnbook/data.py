@@ -159,7 +159,8 @@ def load_text(
     if download and not _offline():
         from .download import EXCERPTS, excerpt_text
 
-        if (name, split) in EXCERPTS:  # the book's bounded excerpt (see attnbook.download)
+        # nothing local: the book's bounded excerpt (see attnbook.download)
+        if (name, split) in EXCERPTS:
             return excerpt_text(name, split)
     reason = None
     if not download:
