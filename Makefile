@@ -81,8 +81,20 @@ book: venv $(MATHJAX_DIR)/tex-chtml.js
 	$(PY) tools/build_tools.py check-html _build/html
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
+# the Colab notebooks (book/<part>/<chapter>.ipynb), generated from the MyST chapters
 sync-notebooks: venv
-	$(PY) tools/build_tools.py sync-notebooks
+	$(PY) -m tools.colab sync
+
+# every Colab notebook run as Colab would: a fresh venv, the notebook's own install cell
+# (ATTNBOOK_INSTALL=git+file://<this checkout>@HEAD), the data excerpts from a loopback server
+.PHONY: test-colab data-excerpt
+test-colab: venv
+	$(PY) -m tools.colab_test --jobs $(JOBS)
+
+# the data excerpts a publisher uploads to the release (from ATTNBOOK_DATA_DIR or ../shared/data)
+EXCERPT_DIR ?= _build/data-excerpt
+data-excerpt: venv
+	$(PY) -m tools.colab excerpts $(EXCERPT_DIR)
 
 # devinterp is the reference SGLD of the copy-head benchmark; only its optimiser is used, so
 # its heavy dependencies (transformers, datasets, ...) are skipped with --no-deps

@@ -1,5 +1,6 @@
 """The book's structure: toc, Colab twins, captions, citations, and the build checks."""
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -29,8 +30,10 @@ def test_every_notebook_under_book_is_in_the_toc():
     )
 
 
-def test_colab_twins_exist_and_are_in_sync():
-    problems = build_tools.check_pairs(ROOT)
+def test_colab_notebooks_exist_and_are_current():
+    from tools import colab
+
+    problems = colab.check(ROOT)
     assert not problems, "\n".join(problems)
 
 
@@ -115,20 +118,21 @@ def test_code_lines_fit_the_page():
     assert not long, "\n".join(long)
 
 
-def test_colab_install_cell_points_at_the_repository():
-    """The first cell installs attnbook from the repository that _config.yml names."""
+def test_colab_install_cell_points_at_the_release():
+    """The notebooks' first cell installs the release that _config.yml and pyproject.toml name;
+    the chapters' sources hold no install code (the cell is generated)."""
+    from tools import colab
+
+    rel = colab.release(ROOT)
     url = re.search(
         r"^\s*url:\s*(\S+)", (ROOT / "_config.yml").read_text(), flags=re.M
     ).group(1)
+    assert rel.requirement == f"git+{url}@v{rel.version}"
     for md in build_tools.notebook_chapters(ROOT):
-        text = md.read_text(encoding="utf-8")
-        if "setup_chapter(" in text:
-            assert f'"git+{url}"' in text, (
-                f"{md.name}: the Colab install cell must install git+{url}"
-            )
-            assert 'if "google.colab" in sys.modules:' in text, (
-                f"{md.name}: install only on Colab"
-            )
+        assert '"pip"' not in md.read_text(encoding="utf-8"), f"{md.name}: install code"
+        nb = json.loads(md.with_suffix(".ipynb").read_text(encoding="utf-8"))
+        first = next(c for c in nb["cells"] if c["cell_type"] == "code")
+        assert f'"{rel.requirement}"' in first["source"], md.name
 
 
 def test_build_tooling_is_outside_the_runtime_package():

@@ -156,6 +156,12 @@ def load_text(
             tried.append(str(f))
             if f.is_file():
                 return f.read_text(encoding="utf-8")
+    if download and not _offline():
+        from .download import EXCERPTS, excerpt_text
+
+        # nothing local: the book's bounded excerpt (see attnbook.download)
+        if (name, split) in EXCERPTS:
+            return excerpt_text(name, split)
     reason = None
     if not download:
         reason = "downloads disabled (download=False)"

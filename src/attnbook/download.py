@@ -1,0 +1,232 @@
+"""The book's bounded data excerpts, downloaded where no local copy exists (e.g. on Colab).
+
+The real-text chapter reads the first ``max_tokens`` tokens of a split. Where no local folder
+holds the data, :func:`attnbook.data.load_text` calls :func:`excerpt_text`, which downloads
+the excerpt that holds exactly that prefix (a few MB, never the full data set), checks its
+SHA-256, and keeps it in a cache folder, so later runs read it from disk.
+
+- Where from: ``$ATTNBOOK_DATA_URL`` (a base URL: a mirror, or the loopback server of
+  ``make test-colab``), else the release assets of this package's release,
+  ``<repository>/releases/download/v<version>/``.
+- Where to: ``$ATTNBOOK_CACHE_DIR``, else ``$XDG_CACHE_HOME/attnbook/data``, else
+  ``~/.cache/attnbook/data``.
+- The excerpt files are built from a local data folder by :func:`build_excerpts`
+  (``make data-excerpt``) for a publisher to upload as release assets; their checksums are
+  :data:`EXCERPTS`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from .data import DataNotFound
+
+__all__ = [
+    "DATA_URL_ENV",
+    "CACHE_ENV",
+    "Excerpt",
+    "EXCERPTS",
+    "DownloadError",
+    "base_url",
+    "cache_dir",
+    "fetch",
+    "excerpt_text",
+    "make_excerpt",
+    "build_excerpts",
+]
+
+DATA_URL_ENV = "ATTNBOOK_DATA_URL"
+CACHE_ENV = "ATTNBOOK_CACHE_DIR"
+REPOSITORY = "https://github.com/attnbook/attnbook"
+MAX_BYTES = 50_000_000
+
+
+@dataclass(frozen=True)
+class Excerpt:
+    """The first ``max_tokens`` tokens of a split (whole lines), as one UTF-8 text file."""
+
+    name: str
+    split: str
+    max_tokens: int
+    sha256: str
+    size: int
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}-{self.split}-{self.max_tokens}.txt"
+
+
+#: the excerpts the book uses (the real-text chapter passes the same ``max_tokens``)
+EXCERPTS = {
+    ("wikitext-2", "validation"): Excerpt(
+        "wikitext-2",
+        "validation",
+        250_000,
+        "4cd0f6876d07a413aa911261ff6d363c72d757d47f0fdd6015702014c89cb9c7",
+        1_146_846,
+    ),
+    ("tinystories", "train"): Excerpt(
+        "tinystories",
+        "train",
+        450_000,
+        "f567982321d65a4261702d3641ff2aa08ff279167fedc115bb911ec19862d308",
+        1_977_869,
+    ),
+}
+
+
+class DownloadError(DataNotFound):
+    """An excerpt could not be downloaded or failed its checksum; the message says what to do."""
+
+
+def base_url() -> str:
+    """Where the excerpts are downloaded from (ends with ``/``)."""
+    env = os.environ.get(DATA_URL_ENV, "").strip()
+    if env:
+        return env.rstrip("/") + "/"
+    from . import __version__
+
+    return f"{REPOSITORY}/releases/download/v{__version__}/"
+
+
+def cache_dir() -> Path:
+    """The folder downloaded excerpts are kept in."""
+    env = os.environ.get(CACHE_ENV, "").strip()
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "attnbook" / "data"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _advice(url: str) -> str:
+    return (
+        f"What to do: check the network and that {url} exists (a publisher uploads the "
+        f"excerpts built by `make data-excerpt` to the release), or set {DATA_URL_ENV} to a "
+        "mirror holding the same files, or put the data in a folder and set "
+        "ATTNBOOK_DATA_DIR to it."
+    )
+
+
+def fetch(excerpt: Excerpt, *, progress: bool = True, timeout: float = 60.0) -> Path:
+    """The cached file of ``excerpt``, downloaded (with a progress bar) and checked first."""
+    if not isinstance(excerpt, Excerpt):
+        raise TypeError(f"excerpt must be an Excerpt, got {type(excerpt).__name__}")
+    target = cache_dir() / excerpt.filename
+    if target.is_file() and _sha256(target) == excerpt.sha256:
+        return target
+    url = base_url() + excerpt.filename
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + f".part-{os.getpid()}")
+    from tqdm.auto import tqdm
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            total = int(resp.headers.get("Content-Length") or excerpt.size or 0)
+            if total > MAX_BYTES:
+                raise DownloadError(
+                    f"{url} is {total} bytes, more than the {MAX_BYTES} an excerpt may be. "
+                    + _advice(url)
+                )
+            with (
+                open(tmp, "wb") as out,
+                tqdm(
+                    total=total or None,
+                    unit="B",
+                    unit_scale=True,
+                    desc=excerpt.filename,
+                    disable=not progress,
+                ) as bar,
+            ):
+                n = 0
+                for block in iter(lambda: resp.read(1 << 16), b""):
+                    n += len(block)
+                    if n > MAX_BYTES:
+                        raise DownloadError(
+                            f"{url} sent more than {MAX_BYTES} bytes. " + _advice(url)
+                        )
+                    out.write(block)
+                    bar.update(len(block))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, DownloadError):
+            raise
+        raise DownloadError(
+            f"could not download {url}: {type(exc).__name__}: {exc}. " + _advice(url)
+        ) from exc
+    digest = _sha256(tmp)
+    if digest != excerpt.sha256:
+        tmp.unlink(missing_ok=True)
+        raise DownloadError(
+            f"{url}: SHA-256 {digest} does not match the expected {excerpt.sha256} "
+            "(a different or damaged file). " + _advice(url)
+        )
+    os.replace(tmp, target)
+    return target
+
+
+def excerpt_text(name: str, split: str, *, progress: bool = True) -> str:
+    """The text of the book's excerpt of ``name``/``split`` (downloaded once, then cached)."""
+    key = (name, split)
+    if key not in EXCERPTS:
+        raise ValueError(
+            f"no excerpt of {name}/{split}; there are: {', '.join(map('/'.join, EXCERPTS))}"
+        )
+    return fetch(EXCERPTS[key], progress=progress).read_text(encoding="utf-8")
+
+
+def make_excerpt(text: str, max_tokens: int) -> str:
+    """The shortest run of whole lines of ``text`` that holds its first ``max_tokens`` tokens.
+
+    Tokens never span a line break, so the tokens of the excerpt begin with exactly the first
+    ``max_tokens`` tokens of ``text``.
+    """
+    from .data import tokenize_words
+    from .validation import check_positive_int
+
+    max_tokens = check_positive_int(max_tokens, "max_tokens")
+    lines = text.splitlines(keepends=True)
+    n, out = 0, []
+    for line in lines:
+        if n >= max_tokens:
+            break
+        out.append(line)
+        n += len(tokenize_words(line))
+    return "".join(out)
+
+
+def build_excerpts(out_dir, *, data_dir=None) -> dict[tuple[str, str], Path]:
+    """Write every excerpt of :data:`EXCERPTS` into ``out_dir`` from a local data folder.
+
+    Raises ``ValueError`` when a file does not match its checksum (the local data differ from
+    the book's, or :data:`EXCERPTS` must be updated).
+    """
+    from .data import load_text
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for key, ex in EXCERPTS.items():
+        text = load_text(ex.name, ex.split, data_dir=data_dir, download=False)
+        path = out_dir / ex.filename
+        path.write_bytes(make_excerpt(text, ex.max_tokens).encode("utf-8"))
+        digest = _sha256(path)
+        if digest != ex.sha256:
+            raise ValueError(
+                f"{path}: SHA-256 {digest} ({path.stat().st_size} bytes) differs from "
+                f"EXCERPTS[{key}] ({ex.sha256}, {ex.size} bytes)"
+            )
+        written[key] = path
+    return written

@@ -1,0 +1,277 @@
+"""The Colab notebooks: generated, current, plain Markdown, one pinned install; the package's
+dependencies cover the chapters' imports; the HTML hygiene check."""
+
+import ast
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools import colab, html_hygiene
+
+ROOT = Path(__file__).resolve().parents[1]
+REL = colab.release(ROOT)
+NOTEBOOKS = [md.with_suffix(".ipynb") for md in colab.notebook_chapters(ROOT)]
+RAW_MYST = re.compile(
+    r"\{(?:prf:\w+|exercise|solution(?:-start|-end)?|cite(?::\w+)?|ref|doc|eq|numref)\}"
+    r"|^\(\S+\)=\s*$|^:::|^```\{",
+    flags=re.M,
+)
+
+
+def _nb(path):
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_release_settings_agree():
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    import attnbook
+    from attnbook import download
+
+    assert REL.branch == REL.tag, "_config.yml repository.branch must be v<version>"
+    assert attnbook.__version__ == REL.version
+    assert f'Homepage = "{REL.url}"' in text
+    assert download.REPOSITORY == REL.url
+    assert REL.requirement == f"git+{REL.url}@v{REL.version}"
+
+
+def test_install_cell_installs_the_release_or_the_override():
+    src = colab.install_cell_source(REL)
+    assert f'"{REL.requirement}"' in src and colab.INSTALL_ENV in src
+    assert 'if "google.colab" in sys.modules or os.environ.get(' in src
+    compile(src, "install-cell", "exec")
+
+
+def test_every_notebook_starts_with_the_install_cell_and_is_clean():
+    assert NOTEBOOKS, "no notebook chapters"
+    for path in NOTEBOOKS:
+        cells = _nb(path)["cells"]
+        code = [c for c in cells if c["cell_type"] == "code"]
+        assert code[0]["source"] == colab.install_cell_source(REL), path.name
+        assert "setup_chapter(" in "".join(c["source"] for c in code) or (
+            path.stem == "claims-ledger"
+        )
+        assert not any(c["outputs"] for c in code), f"{path.name} holds outputs"
+
+
+def test_notebooks_hold_no_raw_myst_and_link_to_the_published_book():
+    for path in NOTEBOOKS:
+        for cell in _nb(path)["cells"]:
+            if cell["cell_type"] != "markdown":
+                continue
+            src = cell["source"]
+            assert not RAW_MYST.search(src), f"{path.name}: raw MyST in {src[:200]!r}"
+            for link in re.findall(r"\]\(([^)\s]+)\)", src):
+                assert link.startswith(("https://", "http://", "#")), (
+                    f"{path.name}: relative link {link}"
+                )
+                assert ".ipynb" not in link, f"{path.name}: {link}"
+
+
+def test_solutions_are_at_the_end():
+    n = 0
+    for path in NOTEBOOKS:
+        heads = [
+            c["source"] for c in _nb(path)["cells"] if c["cell_type"] == "markdown"
+        ]
+        sol = [i for i, s in enumerate(heads) if s.startswith("### Solution to")]
+        if sol:
+            n += len(sol)
+            start = heads.index(next(s for s in heads if s.startswith("## Solutions")))
+            assert min(sol) > start, path.name
+            assert not any(s.startswith("### Exercise") for s in heads[start:])
+    assert n > 0
+
+
+def test_ledger_notebook_explains_itself():
+    cells = _nb(ROOT / "book" / "reference" / "claims-ledger.ipynb")["cells"]
+    assert cells[0]["cell_type"] == "markdown"
+    assert "book build" in cells[0]["source"]
+    assert REL.page_url("book/reference/claims-ledger") in cells[0]["source"]
+
+
+def test_postprocess_of_a_tojupyter_notebook(tmp_path):
+    md = tmp_path / "book" / "part" / "ch.md"
+    md.parent.mkdir(parents=True)
+    md.write_text("---\nkernelspec: {}\n---\n# Ch\n")
+    raw = {
+        "metadata": {"title": "Ch"},
+        "cells": [
+            {
+                "cell_type": "markdown",
+                "source": "See [[Chen *et al.*, 2026](../reference/bibliography.ipynb#id2)] "
+                "and [Proposition 3](other.ipynb#prop-x); $ x^2 $ and $$\ny\n$$",
+            },
+            {"cell_type": "code", "source": "x = 1\n", "metadata": {"tags": ["a"]}},
+            {
+                "cell_type": "markdown",
+                "source": "##  (Shift invariance)Exercise 1\n\nShow it.",
+            },
+            {
+                "cell_type": "markdown",
+                "source": "## Solution to[ Exercise 1 (Shift invariance)](#ex-shift)\n\nBecause.",
+            },
+            {"cell_type": "code", "source": "assert x == 1", "metadata": {}},
+            {"cell_type": "markdown", "source": "## Summary"},
+            {"cell_type": "markdown", "source": "**Proof.**\n\nProof. Easy."},
+        ],
+    }
+    nb = colab.postprocess(raw, "book/part/ch", md, REL, {"x = 1": "A line."})
+    src = [c["source"] for c in nb["cells"]]
+    assert src.pop(3) == "**Figure.** A line."
+    base = REL.baseurl
+    assert src[0] == colab.install_cell_source(REL)
+    assert src[1] == (
+        f"See ([Chen *et al.*, 2026]({base}book/reference/bibliography.html)) and "
+        f"[Proposition 3]({base}book/part/other.html#prop-x); $x^2$ and $$\ny\n$$"
+    )
+    assert src[3].startswith("### Exercise 1 (Shift invariance)\n")
+    assert src[4] == "## Summary" and src[5] == "**Proof.** Easy."
+    assert src[6].startswith("## Solutions")
+    assert src[7] == "### Solution to Exercise 1 (Shift invariance)\n\nBecause."
+    assert src[8] == "assert x == 1"
+    assert nb["metadata"]["accelerator"] == "GPU"
+    assert nb["metadata"]["attnbook"]["source_digest"] == colab.source_digest(md, REL)
+    assert all(c["metadata"] == {} for c in nb["cells"] if c["cell_type"] == "code")
+
+
+# --- the package's dependencies cover what the chapters (and the package) import ------------
+
+#: imported but not installed by `pip install attnbook`, and why that is fine
+NOT_DEPENDENCIES = {
+    "attnbook": "the package itself",
+    "IPython": "the notebook kernel (ipykernel) brings it: every notebook runs in IPython",
+    "huggingface_hub": "optional: only for splits without an excerpt, guarded by ImportError",
+    "pandas": "optional: read hub parquet files, only with huggingface_hub",
+}
+#: build tooling still under src/ (moving to tools/): not run by a chapter
+BUILD_TOOLING = {"build_tools.py", "sphinxext.py"}
+#: import name → distribution name where they differ
+DISTRIBUTION = {"ot": "pot", "yaml": "pyyaml", "PIL": "pillow"}
+
+
+def _imports(code: str) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _dependencies() -> set[str]:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    block = re.search(r"^dependencies = \[(.*?)^\]", text, flags=re.M | re.S).group(1)
+    return {
+        re.match(r"[A-Za-z0-9_.-]+", d).group(0).lower().replace("_", "-")
+        for d in re.findall(r'^\s*"([^"]+)"', block, flags=re.M)
+    }
+
+
+def test_chapters_imports_are_installed_by_the_package():
+    import jupytext
+
+    used = {}
+    for md in colab.notebook_chapters(ROOT):
+        for cell in jupytext.read(md).cells:
+            if cell.cell_type == "code":
+                code = "\n".join(
+                    ln
+                    for ln in cell.source.splitlines()
+                    if not ln.startswith(("%", "!"))
+                )
+                for name in _imports(code):
+                    used.setdefault(name, md.name)
+    for py in (ROOT / "src" / "attnbook").rglob("*.py"):
+        if py.name in BUILD_TOOLING:
+            continue
+        for name in _imports(py.read_text(encoding="utf-8")):
+            used.setdefault(name, str(py.relative_to(ROOT)))
+    deps = _dependencies()
+    missing = {
+        f"{name} (in {where})"
+        for name, where in used.items()
+        if name not in sys.stdlib_module_names
+        and name not in NOT_DEPENDENCIES
+        and DISTRIBUTION.get(name, name).lower().replace("_", "-") not in deps
+    }
+    assert not missing, f"imported but not a dependency of attnbook: {sorted(missing)}"
+    assert "pot" in deps  # attnbook.pde imports ot at run time
+
+
+# --- clean outputs in the built HTML -----------------------------------------------------------
+
+_PAGE = """<html><body><div class="cell docutils container">
+<div class="cell_input docutils container"><pre>print(1)</pre></div>
+<div class="cell_output docutils container">
+<div class="output stream highlight-myst-ansi notranslate"><div class="highlight"><pre>{out}</pre>
+</div></div></div></div><p>{text}</p></body></html>"""
+
+
+def test_html_hygiene_finds_warnings_tracebacks_and_paths():
+    paths = ["/srv/build/attnbook"]
+    ok = _PAGE.format(
+        out="loss 0.25; a SinkhornWarning is shown deliberately", text="ok"
+    )
+    assert html_hygiene.check_page(ok, "ok.html", paths) == []
+    warn = _PAGE.format(
+        out="/srv/x/attention.py:120: SinkhornWarning: did not converge", text=""
+    )
+    tb = _PAGE.format(out="Traceback (most recent call last):\n  boom", text="")
+    err = _PAGE.replace("output stream", "output traceback").format(out="x", text="")
+    path = _PAGE.format(out="1", text="see /srv/build/attnbook/src/a.py")
+    home = _PAGE.format(out="saved to /home/alice/x.npz", text="")
+    assert "warning in an output" in html_hygiene.check_page(warn, "w", paths)[0]
+    assert "traceback in an output" in html_hygiene.check_page(tb, "t", paths)[0]
+    assert "traceback" in html_hygiene.check_page(err, "e", paths)[0]
+    assert "build machine" in html_hygiene.check_page(path, "p", paths)[0]
+    assert "/home/alice" in html_hygiene.check_page(home, "h", paths)[0]
+    # a URL is not a path of the machine
+    url = _PAGE.format(out="1", text="https://example.org/home/alice/x")
+    assert html_hygiene.check_page(url, "u", paths) == []
+
+
+def test_html_hygiene_knows_this_machine():
+    paths = html_hygiene.machine_paths(ROOT)
+    assert str(ROOT.resolve()) in paths and sys.prefix in paths
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS[:1])
+def test_notebooks_are_not_collected_by_nbval(path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    assert conftest.pytest_ignore_collect(path, None) is True
+
+
+def test_every_figure_caption_reaches_the_notebook():
+    for md in colab.notebook_chapters(ROOT):
+        captions = colab.figure_captions(md)
+        cells = _nb(md.with_suffix(".ipynb"))["cells"]
+        shown = [c["source"] for c in cells if c["source"].startswith("**Figure.** ")]
+        assert shown == [f"**Figure.** {c}" for c in captions.values()], md.name
+
+
+def test_chapters_load_the_data_with_the_excerpts_split_and_cap():
+    """On Colab the loader downloads an excerpt: every load_corpus call of a chapter names a
+    split and a cap that one excerpt holds, so Colab reads the book's own data."""
+    from attnbook.download import EXCERPTS
+
+    calls = []
+    for md in colab.notebook_chapters(ROOT):
+        calls += re.findall(r"load_corpus\(([^)]*)\)", md.read_text(encoding="utf-8"))
+    assert calls
+    for args in calls:
+        m = re.match(
+            r'\s*"([\w-]+)",\s*\w+,\s*split="(\w+)",\s*max_tokens=([\d_]+)\s*$', args
+        )
+        assert m, f"load_corpus({args}) must pass split= and max_tokens="
+        ex = EXCERPTS.get((m.group(1), m.group(2)))
+        assert ex is not None and int(m.group(3).replace("_", "")) == ex.max_tokens, (
+            args
+        )

@@ -1,0 +1,444 @@
+"""Colab notebooks generated from the MyST chapters, with one pinned install.
+
+Run as ``python -m tools.colab COMMAND`` from the repository root (the Makefile does):
+
+``sync``
+    build every notebook chapter with sphinx-tojupyter (plain Jupyter Markdown: numbered
+    propositions, ``$…$`` math, citations and cross-references as links to the published
+    book) and post-process it: the generated install cell first, exercises as headings,
+    solutions moved to a "Solutions" section at the end, Colab metadata, no outputs. The
+    notebooks are written next to their sources (``book/<part>/<chapter>.ipynb``): the files
+    the launch buttons open. The MyST ``.md`` stays the single source.
+``check``
+    fail if a notebook is missing, holds outputs, or was generated from another version of
+    its chapter or of the release settings (run ``make sync-notebooks``).
+``install-cell``
+    print the install cell.
+``excerpts DIR``
+    write the data excerpts (``attnbook.download``) from a local data folder into ``DIR``,
+    for a publisher to upload as assets of the release.
+
+The release settings are set once: the repository URL (``repository.url`` in ``_config.yml``),
+the published book (``html.baseurl``) and the package version (``attnbook.__version__``, which
+``pyproject.toml`` reads); the release
+tag is ``v<version>`` and ``repository.branch`` must name it (the launch buttons open the
+notebooks at that tag, and the install cell installs the package at that tag).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+__all__ = [
+    "INSTALL_ENV",
+    "Release",
+    "release",
+    "install_cell_source",
+    "notebook_chapters",
+    "source_digest",
+    "postprocess",
+    "sync",
+    "check",
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: bump when the post-processing changes: every notebook is then stale
+GENERATOR_VERSION = 2
+
+#: the environment variable that makes the install cell install a pip requirement of your choice
+#: (a ``git+file://`` URL of a checkout, a wheel, a branch...) instead of the release, also
+#: outside Colab: the way to run the notebooks anywhere outside a checkout (and what
+#: ``make test-colab`` sets)
+INSTALL_ENV = "ATTNBOOK_INSTALL"
+
+#: Colab opens a notebook with a GPU runtime when its metadata asks for one
+COLAB_METADATA = {"accelerator": "GPU", "colab": {"provenance": [], "gpuType": "T4"}}
+
+LEDGER_CHAPTER = "reference/claims-ledger"
+
+
+@dataclass(frozen=True)
+class Release:
+    url: str  # https://github.com/owner/repo
+    version: str  # package version (attnbook.__version__)
+    branch: str  # repository.branch of _config.yml (must equal tag)
+    baseurl: str  # published book, ends with /
+
+    @property
+    def tag(self) -> str:
+        return f"v{self.version}"
+
+    @property
+    def requirement(self) -> str:
+        return f"git+{self.url}@{self.tag}"
+
+    def page_url(self, docname: str) -> str:
+        """``book/focus/dilution`` → the published HTML page."""
+        return f"{self.baseurl}{docname}.html"
+
+
+def release(root: Path | None = None) -> Release:
+    """The release settings of ``_config.yml`` and ``pyproject.toml``."""
+    root = ROOT if root is None else Path(root)
+    cfg = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+    text = (root / "src" / "attnbook" / "__init__.py").read_text(encoding="utf-8")
+    m = re.search(r'^__version__\s*=\s*"([^"]+)"', text, flags=re.M)
+    if m is None:
+        raise ValueError("src/attnbook/__init__.py: no __version__")
+    repo = cfg.get("repository") or {}
+    base = (cfg.get("html") or {}).get("baseurl") or ""
+    if not repo.get("url") or not base:
+        raise ValueError(
+            "_config.yml must set repository.url and html.baseurl (see README, Publishing)"
+        )
+    return Release(
+        url=str(repo["url"]).rstrip("/"),
+        version=m.group(1),
+        branch=str(repo.get("branch", "")),
+        baseurl=str(base).rstrip("/") + "/",
+    )
+
+
+def install_cell_source(rel: Release) -> str:
+    """The first cell of every notebook: installs the release where attnbook is missing."""
+    return f"""\
+# Installs attnbook {rel.tag} (the release this notebook belongs to) on Colab.
+# Elsewhere, set {INSTALL_ENV} to a pip requirement (e.g. git+file:///path/to/checkout)
+# to install that instead; in a checkout with attnbook installed this cell does nothing.
+import os
+import subprocess
+import sys
+
+if "google.colab" in sys.modules or os.environ.get("{INSTALL_ENV}"):
+    requirement = os.environ.get("{INSTALL_ENV}") or "{rel.requirement}"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", requirement], check=True)"""
+
+
+def notebook_chapters(root: Path | None = None) -> list[Path]:
+    """The executable chapters of ``_toc.yml`` (MyST files with a kernelspec), in order."""
+    root = ROOT if root is None else Path(root)
+    text = (root / "_toc.yml").read_text(encoding="utf-8")
+    out = []
+    for entry in re.findall(r"^\s*-?\s*(?:file|root):\s*([^\s#]+)", text, flags=re.M):
+        p = root / entry
+        p = p if p.suffix else p.with_suffix(".md")
+        if p.is_file():
+            head = p.read_text(encoding="utf-8")
+            if (
+                head.startswith("---")
+                and "kernelspec:" in head[3:].split("\n---", 1)[0]
+            ):
+                out.append(p)
+    return out
+
+
+def source_digest(md: Path, rel: Release) -> str:
+    """What a notebook is generated from: its chapter, the release settings, the generator."""
+    h = hashlib.sha256()
+    h.update(Path(md).read_bytes())
+    h.update(json.dumps([rel.url, rel.tag, rel.baseurl, GENERATOR_VERSION]).encode())
+    return h.hexdigest()
+
+
+# --- post-processing of sphinx-tojupyter's notebooks ---------------------------------------
+
+_LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)\s]+?)\.ipynb(#[^)\s]*)?\)")
+_CITE = re.compile(r"\[((?:\[[^\]]+\]\([^)]*bibliography\.html[^)]*\)(?:,\s*)?)+)\]")
+_EXERCISE = re.compile(r"^#+\s+\((.*)\)(Exercise \d+)\s*$", flags=re.M)
+_SOLUTION = re.compile(r"#+\s+Solution to\s*\[\s*(Exercise [^\]]*)\]\([^)]*\)[^\n]*\n?")
+_INLINE_MATH = re.compile(r"(?<![\$\\])\$ ([^$]+?) \$(?!\$)")
+
+
+def _page_of(link: str, docname: str) -> str:
+    """Resolve a relative ``.ipynb`` link of page ``docname`` to a docname."""
+    base = Path(docname).parent
+    parts = []
+    for part in (base / link).as_posix().split("/"):
+        if part == "..":
+            parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    return "/".join(parts)
+
+
+def _fix_markdown(text: str, docname: str, rel: Release) -> str:
+    def link(m):
+        target = _page_of(m.group(1), docname)
+        anchor = m.group(2) or ""
+        if target.endswith("bibliography"):
+            anchor = ""  # the builder's citation ids are not the HTML page's
+        return f"]({rel.page_url(target)}{anchor})"
+
+    text = _LINK.sub(link, text)
+    # [[Chen et al., 2026](…)] → ([Chen et al., 2026](…))
+    text = _CITE.sub(lambda m: f"({m.group(1)})", text)
+    text = _EXERCISE.sub(lambda m: f"### {m.group(2)} ({m.group(1)})\n", text)
+    text = text.replace("**Proof.**\n\nProof. ", "**Proof.** ")
+    text = _INLINE_MATH.sub(lambda m: f"${m.group(1).strip()}$", text)
+    return text
+
+
+def _new_cell(cell_type: str, source: str, index: str) -> dict:
+    cell = {"cell_type": cell_type, "id": index, "metadata": {}, "source": source}
+    if cell_type == "code":
+        cell.update(outputs=[], execution_count=None)
+    return cell
+
+
+def _is_heading(cell: dict) -> bool:
+    return cell["cell_type"] == "markdown" and cell["source"].lstrip().startswith("#")
+
+
+def figure_captions(md: Path) -> dict[str, str]:
+    """Code-cell source → its figure caption (sphinx-tojupyter drops the captions)."""
+    import jupytext
+
+    out = {}
+    for cell in jupytext.read(md).cells:
+        caption = cell.metadata.get("mystnb", {}).get("figure", {}).get("caption")
+        if cell.cell_type == "code" and caption:
+            out[cell.source.strip()] = " ".join(caption.split())
+    return out
+
+
+def postprocess(
+    nb: dict, docname: str, md: Path, rel: Release, captions: dict | None = None
+) -> dict:
+    """Turn one sphinx-tojupyter notebook into the Colab notebook of chapter ``docname``.
+
+    ``captions`` (code-cell source → caption) puts each figure's caption after its cell.
+    """
+    captions = captions or {}
+    cells = []
+    for c in nb["cells"]:
+        c = copy.deepcopy(c)
+        src = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        c["source"] = src.strip("\n")
+        if c["cell_type"] == "markdown":
+            c["source"] = _fix_markdown(c["source"], docname, rel)
+            if not c["source"].strip():
+                continue
+        else:
+            c["metadata"] = {}
+            c["outputs"], c["execution_count"] = [], None
+        cells.append(c)
+        if c["cell_type"] == "code" and c["source"].strip() in captions:
+            caption = captions[c["source"].strip()]
+            cells.append(_new_cell("markdown", f"**Figure.** {caption}", "caption"))
+
+    # solutions (a "Solution to Exercise N" heading up to the next heading) go to the end
+    body, solutions, in_solution = [], [], False
+    for c in cells:
+        m = _SOLUTION.match(c["source"]) if c["cell_type"] == "markdown" else None
+        if m:
+            in_solution = True
+            rest = c["source"][m.end() :].strip("\n")
+            head = f"### Solution to {m.group(1).strip()}"
+            solutions.append({**c, "source": f"{head}\n\n{rest}".strip()})
+        elif in_solution and _is_heading(c):
+            in_solution = False
+            body.append(c)
+        elif in_solution:
+            solutions.append(c)
+        else:
+            body.append(c)
+
+    cells = [_new_cell("code", install_cell_source(rel), "install")] + body
+    if docname.endswith(LEDGER_CHAPTER):
+        cells.insert(
+            0,
+            _new_cell(
+                "markdown",
+                "**This notebook lists the claims recorded by a book build.** A build "
+                "(`make test` or `make book` in a checkout of the repository) executes every "
+                "chapter, and each chapter's claims are written to `_build/ledger/`; this "
+                "notebook reads them, so it runs only inside such a checkout after a build. "
+                f"The ledger of the published book: [{rel.page_url(docname)}]"
+                f"({rel.page_url(docname)}).",
+                "colab-note",
+            ),
+        )
+    if solutions:
+        cells.append(
+            _new_cell(
+                "markdown",
+                "## Solutions\n\nRun the chapter above first: the solutions use its variables.",
+                "solutions",
+            )
+        )
+        cells += solutions
+    for i, c in enumerate(cells):
+        # deterministic cell ids: regenerating an unchanged notebook changes nothing in git
+        digest = hashlib.sha1(c["source"].encode()).hexdigest()[:8]
+        c["id"] = f"c{i:03d}-{digest}"
+    return {
+        "cells": cells,
+        "metadata": {
+            "kernelspec": {
+                "display_name": "Python 3",
+                "language": "python",
+                "name": "python3",
+            },
+            "language_info": {"name": "python"},
+            "title": nb.get("metadata", {}).get("title", ""),
+            **copy.deepcopy(COLAB_METADATA),
+            "attnbook": {
+                "source": md.relative_to(md.parents[2]).as_posix(),
+                "source_digest": source_digest(md, rel),
+                "release": rel.tag,
+            },
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def _tojupyter_config(root: Path, out: Path) -> Path:
+    cfg = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+    cfg.setdefault("execute", {})["execute_notebooks"] = "off"
+    sphinx = cfg.setdefault("sphinx", {})
+    # local extensions are found relative to the config file: this one lives elsewhere
+    sphinx["local_extensions"] = {
+        name: str((root / folder).resolve())
+        for name, folder in (sphinx.get("local_extensions") or {}).items()
+    }
+    sphinx["extra_extensions"] = list(sphinx.get("extra_extensions") or []) + [
+        "sphinx_tojupyter"
+    ]
+    conf = sphinx.setdefault("config", {})
+    # without the synonyms every code cell comes out as a Markdown code block
+    conf["tojupyter_lang_synonyms"] = ["ipython", "ipython3", "python"]
+    conf["tojupyter_drop_solutions"] = False
+    conf["html_static_path"] = []  # MathJax is not needed to write notebooks
+    path = out / "config.yml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    return path
+
+
+def build_raw(root: Path, out: Path) -> Path:
+    """Run sphinx-tojupyter over the book into ``out``; returns the folder of notebooks."""
+    config = _tojupyter_config(root, out)
+    cmd = [
+        sys.executable,
+        "-c",
+        "from jupyter_book.cli.main import main; main()",
+        "build",
+        str(root),
+        "--builder",
+        "custom",
+        "--custom-builder",
+        "jupyter",
+        "--config",
+        str(config),
+        "--path-output",
+        str(out),
+        "--quiet",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            "sphinx-tojupyter build failed (is the book extra installed? "
+            "pip install -e '.[book]'):\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
+        )
+    return out / "_build" / "jupyter"
+
+
+def sync(root: Path | None = None) -> list[Path]:
+    """Generate every chapter's Colab notebook (``book/<part>/<chapter>.ipynb``)."""
+    root = ROOT if root is None else Path(root)
+    rel = release(root)
+    written = []
+    with tempfile.TemporaryDirectory(prefix="attnbook-colab-") as tmp:
+        raw_dir = build_raw(root, Path(tmp))
+        for md in notebook_chapters(root):
+            docname = md.relative_to(root).with_suffix("").as_posix()
+            raw = json.loads((raw_dir / f"{docname}.ipynb").read_text(encoding="utf-8"))
+            nb = postprocess(raw, docname, md, rel, figure_captions(md))
+            target = md.with_suffix(".ipynb")
+            target.write_text(
+                json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
+            written.append(target)
+    return written
+
+
+def check(root: Path | None = None) -> list[str]:
+    """Problems with the generated notebooks (empty when all are present and current)."""
+    root = ROOT if root is None else Path(root)
+    rel = release(root)
+    problems = []
+    if rel.branch != rel.tag:
+        problems.append(
+            f"_config.yml: repository.branch is {rel.branch!r}, but the release tag is "
+            f"{rel.tag!r} (attnbook.__version__ = {rel.version!r}): set them together"
+        )
+    for md in notebook_chapters(root):
+        nb_path = md.with_suffix(".ipynb")
+        fix = "(run `make sync-notebooks`)"
+        if not nb_path.is_file():
+            problems.append(f"{md}: no Colab notebook {nb_path.name} {fix}")
+            continue
+        nb = json.loads(nb_path.read_text(encoding="utf-8"))
+        meta = nb.get("metadata", {}).get("attnbook", {})
+        if meta.get("source_digest") != source_digest(md, rel):
+            problems.append(f"{nb_path}: stale, generated from another {md.name} {fix}")
+        if any(c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code"):
+            problems.append(
+                f"{nb_path}: holds outputs (the Colab notebook must be clean)"
+            )
+        first_code = next((c for c in nb["cells"] if c["cell_type"] == "code"), None)
+        if first_code is None or first_code["source"] != install_cell_source(rel):
+            problems.append(
+                f"{nb_path}: the first code cell is not the install cell {fix}"
+            )
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.colab",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "command", choices=["sync", "check", "install-cell", "excerpts"]
+    )
+    parser.add_argument("out", nargs="?", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.command == "sync":
+        for p in sync():
+            print("wrote", os.path.relpath(p))
+    elif args.command == "check":
+        problems = check()
+        print("\n".join(problems) or "all Colab notebooks current")
+        return 1 if problems else 0
+    elif args.command == "excerpts":
+        from attnbook.data import find_data_dir
+        from attnbook.download import base_url, build_excerpts
+
+        folder = next((d for d in find_data_dir() if d.is_dir()), None)
+        if folder is None or args.out is None:
+            parser.error("usage: excerpts DIR, with ATTNBOOK_DATA_DIR naming the data")
+        for path in build_excerpts(args.out, data_dir=folder).values():
+            print(f"wrote {path} ({path.stat().st_size} bytes)")
+        print(f"upload them as assets of the release: {base_url()}")
+    else:
+        print(install_cell_source(release()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
