@@ -198,6 +198,8 @@ def build_pdf(
     for i, p in enumerate(writer.pages):
         if i >= n_front:  # no number on the title page and the contents
             p.merge_page(numbers.pages[i])
+        # Chromium's page streams arrive uncompressed after merging: deflate them (3x smaller)
+        p.compress_content_streams(level=9)
     parents = {}
     for (part, chapter_title, _), first in zip(chapters, firsts):
         parent = None
