@@ -157,6 +157,7 @@ def check_page(context, url: str, shot: Path | None) -> dict:
     closed = page.evaluate(OPEN_SOLUTIONS)
     if shot is not None:
         shot.parent.mkdir(parents=True, exist_ok=True)
+        page.evaluate("() => window.scrollTo(0, 0)")
         page.screenshot(path=str(shot), full_page=True, type="jpeg", quality=70)
     page.close()
     problems = list(errors)
