@@ -43,7 +43,10 @@ html { font-size: 13px; }
   padding: 0 !important; margin: 0 !important; }
 pre { white-space: pre-wrap !important; word-break: break-word; font-size: 0.85em !important; }
 img { max-width: 100% !important; height: auto !important; }
-figure, .cell_output img, .math, mjx-container[display="true"], table { break-inside: avoid; }
+figure, .cell_output img, .math, mjx-container[display="true"], table,
+div.cell_input, div.cell_output, div.admonition { break-inside: avoid; }
+/* the theme's print style hides the article's title in favour of its own print header */
+.bd-main .bd-content .bd-article h1:first-of-type { display: block !important; }
 h1, h2, h3 { break-after: avoid; }
 a { color: inherit; text-decoration: none; }
 """
