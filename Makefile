@@ -38,7 +38,7 @@ venv: $(VENV)/.installed
 
 # the chapters' code is linted through jupytext (a temporary .py per chapter)
 CHAPTERS = $(shell find book -name '*.md' -not -path '*/_*' | xargs grep -l '^kernelspec:')
-RUFF_PATHS = src tests bench conftest.py
+RUFF_PATHS = src tests bench tools conftest.py
 SEEDS ?= 1 2
 
 lint: venv
