@@ -160,7 +160,7 @@ def check_page(context, url: str, shot: Path | None) -> dict:
         page.evaluate("() => window.scrollTo(0, 0)")
         page.screenshot(path=str(shot), full_page=True, type="jpeg", quality=70)
     page.close()
-    problems = list(errors)
+    problems = list(dict.fromkeys(errors))  # a resource retried is reported once
     if facts["leftovers"]:
         problems.append(f"raw markup in visible text: {facts['leftovers']}")
     if facts["mathNodes"] and not facts["typeset"]:
