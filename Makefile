@@ -13,6 +13,7 @@ JOBS ?= 2
 export OMP_NUM_THREADS ?= 1
 export PYDEVD_DISABLE_FILE_VALIDATION = 1
 
+.PHONY: chromium pdf test-browser
 .PHONY: help venv lint format test test-units test-chapters test-seeds book clean sync-notebooks bench
 
 help:
@@ -23,6 +24,8 @@ help:
 	@echo "make book   - set up .venv, execute every chapter and build the HTML book (-W)"
 	@echo "make sync-notebooks - regenerate the Colab .ipynb of every chapter from its .md"
 	@echo "make bench  - run the benchmark scripts in bench/"
+	@echo "make pdf    - after make book: the book as one PDF, with and without solutions"
+	@echo "make test-browser - after make book: open every page in Chromium and check it"
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -104,3 +107,32 @@ bench: venv
 
 clean:
 	rm -rf _build .pytest_cache
+
+# ---- printable book and browser test (run after `make book`; README: "A printable book") ----
+# Both drive the system Chromium through Playwright (Playwright's own browser download is not
+# needed); `make chromium` installs the Debian package when it is absent.
+CHROMIUM ?= /usr/bin/chromium
+HTML_DIR ?= _build/html
+
+chromium:
+	@test -x $(CHROMIUM) || { \
+	  echo "installing the system Chromium (apt-get install chromium)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium; }
+
+$(VENV)/.installed-browser: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[browser]"
+	@touch $@
+
+$(HTML_DIR)/search.html:
+	@echo "no built book in $(HTML_DIR): run make book first"; exit 1
+
+# the whole book (solutions shown) and the student edition (solutions removed)
+pdf: chromium $(VENV)/.installed-browser $(HTML_DIR)/search.html
+	$(PY) tools/book_pdf.py $(HTML_DIR) --chromium $(CHROMIUM) --out _build/pdf/attnbook.pdf
+	$(PY) tools/book_pdf.py $(HTML_DIR) --chromium $(CHROMIUM) --no-solutions --out _build/pdf/attnbook-student.pdf
+
+# every page of the built book in Chromium: console, requests, math, images, dropdowns, search;
+# screenshots and report.json under _build/screens
+test-browser: chromium $(VENV)/.installed-browser $(HTML_DIR)/search.html
+	$(PY) tools/browser_check.py $(HTML_DIR) --chromium $(CHROMIUM) --screens _build/screens

@@ -1,0 +1,68 @@
+"""Unit tests of the printing, browser-test and bibliography tools in tools/ (no browser needed)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import book_pdf  # noqa: E402
+import browser_check  # noqa: E402
+
+
+def test_toc_entries_follow_the_toc_in_reading_order():
+    entries = book_pdf.toc_entries(ROOT)
+    docs = [doc for _, doc in entries]
+    assert docs[0] == "book/intro"
+    assert entries[0][0] is None
+    assert docs.index("book/foundations/attention-maps") < docs.index(
+        "book/pde/particles"
+    )
+    assert "book/course/setup-check" in docs
+    for _, doc in entries:
+        assert (ROOT / f"{doc}.md").is_file(), doc
+
+
+def test_book_pages_and_redirects(tmp_path):
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "_static" / "x.html").write_text("<p>asset</p>")
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "a.html").write_text("<html><body>a</body></html>")
+    (tmp_path / "index.html").write_text(
+        '<meta http-equiv="Refresh" content="0; url=book/a.html" />'
+    )
+    assert browser_check.book_pages(tmp_path) == ["book/a.html", "index.html"]
+    assert browser_check.redirect_target(tmp_path / "index.html") == "book/a.html"
+    assert browser_check.redirect_target(tmp_path / "book" / "a.html") is None
+    assert browser_check.screen_name("book/focus/x.html") == "book__focus__x.jpg"
+
+
+def test_page_number_overlay_and_front_matter():
+    html = book_pdf.numbers_html(3, 5)
+    assert html.count('class="p"') == 3
+    assert "<span>7</span>" in html
+    front = book_pdf.front_matter_html("T", "S", [("Part <I>", "Ch & 1", 4)])
+    assert "Part &lt;I&gt;" in front
+    assert "Ch &amp; 1" in front
+
+
+def test_author_year_labels():
+    pybtex = pytest.importorskip("pybtex.database")
+    import sphinx_reader
+
+    bib = pybtex.parse_string(
+        """
+        @article{a, author = {Cuturi, Marco}, year = {2013}, title = {x}}
+        @article{b, author = {Bobkov, Sergey and Ledoux, Michel}, year = {2019}, title = {y}}
+        @article{c, author = {Castin, Val{\\'e}rie and Ablin, P. and Peyr{\\'e}, G.},
+                 year = {2025}, title = {z}}
+        """,
+        "bibtex",
+    )
+    labels = [sphinx_reader.author_year_label(bib.entries[k]) for k in "abc"]
+    assert labels == ["Cuturi 2013", "Bobkov and Ledoux 2019", "Castin et al. 2025"]
+    style = sphinx_reader.AuthorYearLabelStyle()
+    twice = list(style.format_labels([bib.entries["a"], bib.entries["a"]]))
+    assert twice == ["Cuturi 2013a", "Cuturi 2013b"]

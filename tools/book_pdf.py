@@ -1,0 +1,260 @@
+"""The whole book as one PDF, printed from the built HTML by Chromium.
+
+Run after ``make book`` (``make pdf`` does both the install and the run)::
+
+    python tools/book_pdf.py _build/html --out _build/pdf/attnbook.pdf
+    python tools/book_pdf.py _build/html --out _build/pdf/attnbook-student.pdf --no-solutions
+
+Every page of ``_toc.yml`` is opened in the system Chromium (Playwright, served over HTTP on
+loopback), MathJax typesets its math, the exercises' solution dropdowns are opened (or, with
+``--no-solutions``, removed), and the page is printed to A4 with the print style below. The
+pages are merged with pypdf behind a title page and a table of contents, numbered as one
+document, and given a bookmark per part and chapter. Links to other pages of the book are
+turned into plain text (they would point at the temporary server). Why this route and not
+Sphinx's LaTeX builder: see ``README.md`` (*A printable book*).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import io
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from browser_check import CHROMIUM, WAIT_MATH, browser, serve  # noqa: E402
+
+MARGIN = {"top": "16mm", "bottom": "18mm", "left": "16mm", "right": "16mm"}
+
+# what a printed chapter shows: the article only, full width, code wrapped, no buttons
+PRINT_CSS = """
+@page { size: A4; }
+html { font-size: 13px; }
+.bd-header, .bd-header-article, .bd-sidebar-primary, .bd-sidebar-secondary,
+.prev-next-area, .bd-footer, .bd-footer-content, footer, .header-article,
+.toggle-button, .headerlink, .copybtn, .onlyprint, #pst-back-to-top, .pst-scrollable-table-container + .headerlink,
+.search-button__wrapper, .skip-link, .bd-header-announcement { display: none !important; }
+.bd-container, .bd-container__inner, .bd-page-width, .bd-main, .bd-content,
+.bd-article-container, .bd-article { max-width: 100% !important; width: 100% !important;
+  padding: 0 !important; margin: 0 !important; }
+pre { white-space: pre-wrap !important; word-break: break-word; font-size: 0.85em !important; }
+img { max-width: 100% !important; height: auto !important; }
+figure, .cell_output img, .math, mjx-container[display="true"], table,
+div.cell_input, div.cell_output, div.admonition { break-inside: avoid; }
+/* the theme's print style hides the article's title in favour of its own print header */
+.bd-main .bd-content .bd-article h1:first-of-type { display: block !important; }
+h1, h2, h3 { break-after: avoid; }
+a { color: inherit; text-decoration: none; }
+"""
+
+PREPARE = """async ([keepSolutions, base]) => {
+  if (!keepSolutions) {
+    document.querySelectorAll("div.solution").forEach((el) => el.remove());
+  }
+  document.querySelectorAll(".headerlink, .onlyprint").forEach((el) => el.remove());
+  document.querySelectorAll(".toggle-hidden").forEach((el) => el.classList.remove("toggle-hidden"));
+  document.querySelectorAll("details").forEach((el) => { el.open = true; });
+  for (const a of [...document.querySelectorAll("a[href]")]) {
+    if (a.href.startsWith(base)) {
+      const span = document.createElement("span");
+      span.innerHTML = a.innerHTML;
+      a.replaceWith(span);
+    }
+  }
+  await new Promise((r) => setTimeout(r, 100));
+  return document.querySelectorAll("div.solution").length;
+}"""
+
+
+def toc_entries(root: Path) -> list[tuple[str | None, str]]:
+    """``(part caption or None, docname)`` for every page of ``_toc.yml``, in reading order."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    entries: list[tuple[str | None, str]] = [(None, toc["root"])]
+    for part in toc.get("parts", []):
+        for chapter in part.get("chapters", []):
+            entries.append((part.get("caption"), chapter["file"]))
+            for section in chapter.get("sections", []) or []:
+                entries.append((part.get("caption"), section["file"]))
+    return entries
+
+
+def _page_count(pdf_bytes: bytes) -> int:
+    from pypdf import PdfReader
+
+    return len(PdfReader(io.BytesIO(pdf_bytes)).pages)
+
+
+def _print(page, **kw) -> bytes:
+    return page.pdf(format="A4", print_background=True, margin=MARGIN, **kw)
+
+
+def print_chapter(
+    context, url: str, base: str, *, solutions: bool
+) -> tuple[str, bytes]:
+    """Open one built page, prepare it for print and return ``(title, pdf bytes)``."""
+    page = context.new_page()
+    page.goto(url, wait_until="load")
+    page.evaluate(WAIT_MATH)
+    page.add_style_tag(content=PRINT_CSS)
+    page.evaluate(PREPARE, [solutions, base])
+    page.emulate_media(media="print")
+    title = page.evaluate(
+        "() => (document.querySelector('article h1') || {}).textContent || document.title"
+    )
+    data = _print(page, outline=False)
+    page.close()
+    return title.replace("#", "").strip(), data
+
+
+def front_matter_html(
+    title: str, subtitle: str, rows: list[tuple[str, str, int]]
+) -> str:
+    """A title page and a table of contents (``rows``: part, chapter title, first page)."""
+    lines = []
+    last_part = None
+    for part, chapter, first in rows:
+        if part != last_part and part:
+            lines.append(
+                f'<tr class="part"><td colspan="2">{html.escape(part)}</td></tr>'
+            )
+            last_part = part
+        lines.append(
+            f"<tr><td>{html.escape(chapter)}</td><td class='n'>{first}</td></tr>"
+        )
+    return f"""<!doctype html><html><head><meta charset="utf-8"><style>
+    body {{ font-family: sans-serif; color: #1f2328; }}
+    .title {{ height: 240mm; display: flex; flex-direction: column; justify-content: center;
+              text-align: center; break-after: page; }}
+    .title h1 {{ font-size: 30pt; margin-bottom: 4mm; }} .title p {{ font-size: 13pt; }}
+    table {{ width: 100%; border-collapse: collapse; font-size: 11pt; }}
+    td {{ padding: 1.2mm 0; }} td.n {{ text-align: right; width: 20mm; }}
+    tr.part td {{ font-weight: bold; padding-top: 4mm; }}
+    </style></head><body>
+    <div class="title"><h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p></div>
+    <h2>Contents</h2><table>{"".join(lines)}</table></body></html>"""
+
+
+def numbers_html(n_pages: int, first: int) -> str:
+    """``n_pages`` A4 pages, each with only its page number at the bottom (an overlay)."""
+    pages = "".join(
+        f'<div class="p"><span>{first + i}</span></div>' for i in range(n_pages)
+    )
+    return f"""<!doctype html><html><head><meta charset="utf-8"><style>
+    @page {{ size: A4; margin: 0; }} body {{ margin: 0; }}
+    .p {{ height: 297mm; position: relative; break-after: page; overflow: hidden; }}
+    .p span {{ position: absolute; bottom: 8mm; width: 100%; text-align: center;
+               font: 9pt sans-serif; color: #555; }}</style></head><body>{pages}</body></html>"""
+
+
+def build_pdf(
+    html_dir: Path,
+    out: Path,
+    *,
+    solutions: bool = True,
+    root: Path | None = None,
+    chromium: str = CHROMIUM,
+) -> dict:
+    """Print every page of the book and merge them into ``out``; returns a summary."""
+    from pypdf import PdfReader, PdfWriter
+
+    root = root or Path(__file__).resolve().parent.parent
+    config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+    title = config.get("title", "Book")
+    edition = "instructor's edition, with solutions" if solutions else "student edition"
+    subtitle = f"{config.get('author', '')} · {edition}"
+    start = time.perf_counter()
+    chapters = []  # (part, title, pdf bytes)
+    with serve(html_dir) as base, browser(chromium) as b:
+        context = b.new_context(viewport={"width": 1100, "height": 1400})
+        for part, docname in toc_entries(root):
+            path = html_dir / f"{docname}.html"
+            if not path.is_file():
+                raise FileNotFoundError(f"{path} is missing: build the book first")
+            chapter_title, data = print_chapter(
+                context, base + f"{docname}.html", base, solutions=solutions
+            )
+            chapters.append((part, chapter_title, data))
+            print(f"  {docname}: {_page_count(data)} pages")
+        page = context.new_page()
+        counts = [_page_count(d) for _, _, d in chapters]
+
+        def front(first_pages):
+            rows = [(p, t, n) for (p, t, _), n in zip(chapters, first_pages)]
+            page.set_content(front_matter_html(title, subtitle, rows))
+            return _print(page)
+
+        n_front = _page_count(front([0] * len(chapters)))
+        firsts = [n_front + 1 + sum(counts[:i]) for i in range(len(counts))]
+        front_pdf = front(firsts)
+        total = n_front + sum(counts)
+        page.set_content(numbers_html(total, 1))
+        numbers = PdfReader(io.BytesIO(page.pdf(format="A4", margin={"top": "0"})))
+        context.close()
+
+    writer = PdfWriter()
+    for data in [front_pdf] + [d for _, _, d in chapters]:
+        writer.append(PdfReader(io.BytesIO(data)))
+    for i, p in enumerate(writer.pages):
+        if i >= n_front:  # no number on the title page and the contents
+            p.merge_page(numbers.pages[i])
+        # Chromium's page streams arrive uncompressed after merging: deflate them (3x smaller)
+        p.compress_content_streams(level=9)
+    parents = {}
+    for (part, chapter_title, _), first in zip(chapters, firsts):
+        parent = None
+        if part:
+            if part not in parents:
+                parents[part] = writer.add_outline_item(part, page_number=first - 1)
+            parent = parents[part]
+        writer.add_outline_item(chapter_title, page_number=first - 1, parent=parent)
+    writer.add_metadata(
+        {"/Title": f"{title} ({edition})", "/Author": config.get("author", "")}
+    )
+    writer.compress_identical_objects()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp.pdf")
+    with open(tmp, "wb") as fh:
+        writer.write(fh)
+    tmp.replace(out)
+    wall_s = time.perf_counter() - start
+    return {
+        "pages": total,
+        "chapters": len(chapters),
+        "bytes": out.stat().st_size,
+        "wall_s": round(wall_s, 1),
+        "solutions": solutions,
+        "path": str(out),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("html", type=Path, nargs="?", default=Path("_build/html"))
+    parser.add_argument("--out", type=Path, default=Path("_build/pdf/attnbook.pdf"))
+    parser.add_argument(
+        "--solutions",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="print the exercises' solutions (default); --no-solutions for students",
+    )
+    parser.add_argument("--chromium", default=CHROMIUM)
+    args = parser.parse_args(argv)
+    if not (args.html / "search.html").is_file():
+        print(f"no built book at {args.html}: run `make book` first", file=sys.stderr)
+        return 2
+    summary = build_pdf(
+        args.html, args.out, solutions=args.solutions, chromium=args.chromium
+    )
+    print(
+        f"{summary['path']}: {summary['pages']} pages, {summary['chapters']} chapters, "
+        f"{summary['bytes'] / 1e6:.1f} MB, {summary['wall_s']} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
