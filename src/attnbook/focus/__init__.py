@@ -20,6 +20,7 @@ from .metrics import (
     stage_times,
     trajectory_metrics,
 )
+from ..errors import FlowDiverged, TrainingDiverged
 from .model import (
     MarkovWindows,
     OneLayerTransformer,
@@ -27,10 +28,10 @@ from .model import (
     TrainResult,
     finite_forward,
     finite_loss,
+    markov_context_loss,
     train,
 )
 from .population import (
-    FlowDiverged,
     FlowResult,
     Params,
     attention_mixture,
@@ -72,6 +73,8 @@ __all__ = [
     "TrainResult",
     "finite_forward",
     "finite_loss",
+    "markov_context_loss",
+    "TrainingDiverged",
     "trajectory_metrics",
     "attention_distributions",
     "attention_entropy",

@@ -49,6 +49,8 @@ __all__ = [
     "saddle_attention_block",
     "reduced_ode",
     "reduced_to_params",
+    "project_rank_one",
+    "rank_one_minimum",
 ]
 
 
@@ -388,3 +390,65 @@ def reduced_to_params(y, m: int, *, alpha=None, alpha_tilde=None) -> Params:
         lq * torch.outer(a, at),
         lk * torch.outer(a, at),
     )
+
+
+def project_rank_one(params) -> np.ndarray:
+    r"""Reduced coordinates ``[γ, β, λ_Q, λ_K]`` of the rank-one point nearest to ``params``.
+
+    :math:`\alpha` is :math:`W_0`'s top right singular vector, :math:`\gamma = W_0\alpha`,
+    :math:`\beta = W_1^\top\alpha`, :math:`\lambda_Q = |W_Q^\top\alpha|` and
+    :math:`\lambda_K = (W_K^\top\alpha)\cdot\tilde\alpha` with
+    :math:`\tilde\alpha = W_Q^\top\alpha/\lambda_Q`, so that :math:`\Phi` restricted to
+    :math:`\alpha` is preserved exactly. Use with :func:`reduced_to_params` and
+    :func:`reduced_ode`.
+    """
+    W0, W1, WQ, WK = (np.asarray(x, float) for x in params)
+    if W0.ndim != 2:
+        raise ValueError("project_rank_one takes one parameter set (W0 of shape (d, m))")
+    alpha = np.linalg.svd(W0)[2][0]
+    q_dir, k_dir = WQ.T @ alpha, WK.T @ alpha
+    nq = float(np.linalg.norm(q_dir))
+    if nq == 0:
+        return np.concatenate([W0 @ alpha, W1.T @ alpha, [0.0, 0.0]])
+    return np.concatenate([W0 @ alpha, W1.T @ alpha, [nq, float(k_dir @ q_dir) / nq]])
+
+
+def rank_one_minimum(P, start) -> tuple[float, np.ndarray]:
+    r"""Minimise the population loss over the rank-one manifold (``m = 1``: every weight is
+    rank one), starting from reduced coordinates ``start = [γ, β, λ_Q, λ_K]`` (e.g.
+    :func:`project_rank_one` of a run's state, to pick the basin the run is in).
+
+    This is the loss of the **rank-one plateau** of stages III–IV, computed from the reduced
+    loss alone (L-BFGS with the closed-form gradient), independently of any flow. Returns
+    ``(loss, y)`` at the minimiser.
+    """
+    import scipy.optimize
+
+    from .population import population_gradient
+
+    y0 = np.asarray(start, float)
+    if y0.ndim != 1 or y0.size < 6 or y0.size % 2:
+        raise ValueError("start must be a vector [gamma (d), beta (d), lambda_Q, lambda_K]")
+    d = (y0.size - 2) // 2
+    Pt = as_tensor(P, "P", dtype=torch.float64)
+    if Pt.shape != (d, d):
+        raise ValueError(f"P must be {d}x{d} to match start, got {tuple(Pt.shape)}")
+
+    def split(y):
+        y = torch.from_numpy(np.asarray(y, float))
+        return (
+            y[:d, None],
+            y[None, d : 2 * d],
+            y[2 * d].reshape(1, 1),
+            y[2 * d + 1].reshape(1, 1),
+        )
+
+    def fun(y):
+        loss, g = population_gradient(*split(y), Pt, return_loss=True)
+        flat = np.concatenate([g.W0[:, 0], g.W1[0], g.WQ[0], g.WK[0]])
+        return float(loss), flat.astype(float)
+
+    res = scipy.optimize.minimize(
+        fun, y0, jac=True, method="L-BFGS-B", options={"gtol": 1e-12, "ftol": 1e-15}
+    )
+    return float(res.fun), res.x
