@@ -51,6 +51,7 @@ __all__ = [
     "reduced_to_params",
     "project_rank_one",
     "rank_one_minimum",
+    "solve_reduced",
 ]
 
 
@@ -452,3 +453,37 @@ def rank_one_minimum(P, start) -> tuple[float, np.ndarray]:
         fun, y0, jac=True, method="L-BFGS-B", options={"gtol": 1e-12, "ftol": 1e-15}
     )
     return float(res.fun), res.x
+
+
+def solve_reduced(y0, P, t_eval, *, rtol: float = 1e-10, atol: float = 1e-12):
+    r"""Integrate the reduced (rank-one) ODE of :func:`reduced_ode` from ``y0`` at ``t_eval[0]``
+    (SciPy LSODA). Returns ``(t, y, loss)``: times ``(T,)``, coordinates ``(2d+2, T)`` and the
+    reduced loss along the way ``(T,)``."""
+    from scipy.integrate import solve_ivp
+
+    y0 = np.asarray(y0, float)
+    if y0.ndim != 1 or y0.size < 6 or y0.size % 2:
+        raise ValueError("y0 must be a vector [gamma (d), beta (d), lambda_Q, lambda_K]")
+    t_eval = np.asarray(t_eval, float)
+    if t_eval.ndim != 1 or t_eval.size < 2 or np.any(np.diff(t_eval) <= 0):
+        raise ValueError("t_eval must be an increasing 1-D array of at least 2 times")
+    red = reduced_ode((y0.size - 2) // 2)
+
+    def rhs(t, y):
+        return red["numeric"](y, P)
+
+    sol = solve_ivp(
+        rhs,
+        (t_eval[0], t_eval[-1]),
+        y0,
+        method="LSODA",
+        t_eval=t_eval,
+        rtol=rtol,
+        atol=atol,
+    )
+    if sol.status != 0:
+        from ..errors import FlowDiverged
+
+        raise FlowDiverged(f"reduced ODE failed: {sol.message}", partial=sol.y, times=sol.t)
+    loss = np.array([red["numeric_loss"](y, P) for y in sol.y.T])
+    return sol.t, sol.y, loss
