@@ -52,6 +52,7 @@ __all__ = [
     "project_rank_one",
     "rank_one_minimum",
     "solve_reduced",
+    "plateau_instability",
 ]
 
 
@@ -487,3 +488,19 @@ def solve_reduced(y0, P, t_eval, *, rtol: float = 1e-10, atol: float = 1e-12):
         raise FlowDiverged(f"reduced ODE failed: {sol.message}", partial=sol.y, times=sol.t)
     loss = np.array([red["numeric_loss"](y, P) for y in sol.y.T])
     return sol.t, sol.y, loss
+
+
+def plateau_instability(P, start, m: int) -> tuple[float, float]:
+    r"""Loss and transverse instability of the rank-one plateau of chain ``P``.
+
+    Minimises the loss over rank-one weights from ``start`` (reduced coordinates, see
+    :func:`rank_one_minimum`), embeds the minimiser with embedding dimension ``m`` and returns
+    ``(loss, lambda_1)``: the plateau loss and the top eigenvalue of the flow's Jacobian
+    :math:`-\nabla^2 L` there (positive: the plateau is a saddle the flow leaves at that rate;
+    about zero for symmetric rare tokens, δ = 0).
+    """
+    from .population import population_hessian
+
+    loss, y = rank_one_minimum(P, start)
+    H = population_hessian(*reduced_to_params(y, m), P)
+    return loss, float(torch.linalg.eigvalsh(-H)[-1])
