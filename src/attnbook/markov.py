@@ -24,8 +24,8 @@ import numbers
 import numpy as np
 import torch
 
-from .device import make_generator
 from . import linalg
+from .device import make_generator
 from .validation import (
     as_tensor,
     check_finite,

@@ -12,6 +12,7 @@ Learning Process of Attention* (arXiv 2605.01199, ICML 2026); the formulas here 
 reconstruction for the model stated in :mod:`~attnbook.focus.population`.
 """
 
+from ..errors import FlowDiverged, TrainingDiverged
 from .metrics import (
     attention_distributions,
     attention_entropy,
@@ -20,7 +21,6 @@ from .metrics import (
     stage_times,
     trajectory_metrics,
 )
-from ..errors import FlowDiverged, TrainingDiverged
 from .model import (
     MarkovWindows,
     OneLayerTransformer,

@@ -37,6 +37,9 @@ __all__ = [
     "position_entropy",
     "trajectory_metrics",
     "analyse_flow",
+    "key_weights",
+    "focus_episode",
+    "change_correlation",
     "time_index",
     "first_time",
     "embedding_pca",
@@ -347,3 +350,50 @@ def analyse_flow(run, model: int | None = None, **stage_options):
     mk = getattr(run, "info", {}).get("masked_keys")
     m = trajectory_metrics(*W, pi, masked_keys=mk)
     return m, stage_times(run.t, np.asarray(run.loss)[sel], m, pi, **stage_options)
+
+
+def key_weights(W0, WQ, WK, pi, *, masked_keys=None) -> tuple[np.ndarray, np.ndarray]:
+    r"""Long-context attention averaged uniformly over query types: the weight on each key
+    type, shape (..., d), and the type-level entropy :math:`H_u`, shape (...)."""
+    w = attention_distributions(W0, WQ, WK, pi, masked_keys)
+    return w.mean(-2), attention_entropy(w).mean(-1)
+
+
+def focus_episode(weight, H_u) -> dict:
+    """Summarise a focus–dilution episode from :func:`key_weights` along time (T, d), (T,).
+
+    Returns ``peak`` (index of the minimum of ``H_u``), ``token`` (the key type whose weight
+    gained most from the start to that minimum), ``gain`` (its weight at the minimum / at the
+    start), ``kept`` (its weight at the end / at the minimum), and ``H_start``, ``H_min``,
+    ``H_end``.
+    """
+    weight = np.asarray(weight, float)
+    H_u = np.asarray(H_u, float)
+    if weight.ndim != 2 or H_u.shape != weight.shape[:1]:
+        raise ValueError("weight must be (T, d) and H_u (T,)")
+    peak = int(np.argmin(H_u))
+    token = int(np.argmax(weight[peak] - weight[0]))
+    return {
+        "peak": peak,
+        "token": token,
+        "gain": float(weight[peak, token] / weight[0, token]),
+        "kept": float(weight[-1, token] / weight[peak, token]),
+        "H_start": float(H_u[0]),
+        "H_min": float(H_u[peak]),
+        "H_end": float(H_u[-1]),
+    }
+
+
+def change_correlation(w_a, w_b) -> np.ndarray:
+    """Correlation, time by time, of the changes since the first record of two trajectories of
+    attention matrices (T, d, d) (nan at the first record)."""
+    a = np.asarray(w_a, float)
+    b = np.asarray(w_b, float)
+    if a.shape != b.shape or a.ndim < 2:
+        raise ValueError("w_a and w_b must be trajectories of the same shape (T, ...)")
+    da = (a - a[0]).reshape(len(a), -1)
+    db = (b - b[0]).reshape(len(b), -1)
+    out = np.full(len(a), np.nan)
+    for i in range(1, len(a)):
+        out[i] = np.corrcoef(da[i], db[i])[0, 1]
+    return out

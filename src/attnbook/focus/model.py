@@ -90,16 +90,16 @@ def finite_forward(params: Params, context, *, masked_keys=None):
         )
     e_idx = torch.arange(E, device=x.device)[:, None, None]
     emb = p.W0[e_idx, x]  # (E, B, s, m)
-    # softmax attention of the shared kernel: query W_Q^T e_s, keys W_K^T e_j
-    queries = (emb[:, :, -1:] @ p.WQ[:, None]).contiguous()  # (E, B, 1, m)
-    keys = emb @ p.WK[:, None]  # (E, B, s, m)
+    # softmax attention of the shared kernel, query W_K W_Q^T e_s against the keys e_j
+    # (one m-vector per window instead of transforming every key by W_K)
+    queries = torch.einsum("ebm,emn,ekn->ebk", emb[:, :, -1], p.WQ, p.WK)[:, :, None]
     if masked_keys is None:
-        attn = attention.attention_weights(queries, keys, kind="softmax")[:, :, 0]
+        attn = attention.attention_weights(queries, emb, kind="softmax")[:, :, 0]
     else:
         mk = torch.as_tensor(masked_keys, device=x.device)
         if mk.dtype != torch.bool or mk.shape != (d,):
             raise ValueError(f"masked_keys must be a boolean vector of shape ({d},)")
-        sc = attention.scores(queries, keys)[:, :, 0]  # e_s^T W_Q W_K^T e_j
+        sc = attention.scores(queries, emb)[:, :, 0]  # e_s^T W_Q W_K^T e_j
         attn = torch.softmax(sc.masked_fill(mk[x], float("-inf")), dim=-1)
         attn = torch.nan_to_num(attn, nan=0.0)  # all keys masked -> no output
     h = torch.einsum("ebs,ebsm->ebm", attn, emb)

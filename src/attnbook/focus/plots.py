@@ -33,7 +33,9 @@ def _stage_spans(stages, t_end):
     ]
 
 
-def shade_stages(ax, stages, *, t_end=None, which=("I", "II", "III", "IV"), labels=True):
+def shade_stages(
+    ax, stages, *, t_end=None, which=("I", "II", "III", "IV"), labels=True
+):
     """Shade the stages of :func:`~attnbook.focus.metrics.stage_times` on ``ax``."""
     t_end = ax.get_xlim()[1] if t_end is None else t_end
     for k, (name, a, b) in enumerate(_stage_spans(stages, t_end)):

@@ -406,7 +406,9 @@ def project_rank_one(params) -> np.ndarray:
     """
     W0, W1, WQ, WK = (np.asarray(x, float) for x in params)
     if W0.ndim != 2:
-        raise ValueError("project_rank_one takes one parameter set (W0 of shape (d, m))")
+        raise ValueError(
+            "project_rank_one takes one parameter set (W0 of shape (d, m))"
+        )
     alpha = np.linalg.svd(W0)[2][0]
     q_dir, k_dir = WQ.T @ alpha, WK.T @ alpha
     nq = float(np.linalg.norm(q_dir))
@@ -430,7 +432,9 @@ def rank_one_minimum(P, start) -> tuple[float, np.ndarray]:
 
     y0 = np.asarray(start, float)
     if y0.ndim != 1 or y0.size < 6 or y0.size % 2:
-        raise ValueError("start must be a vector [gamma (d), beta (d), lambda_Q, lambda_K]")
+        raise ValueError(
+            "start must be a vector [gamma (d), beta (d), lambda_Q, lambda_K]"
+        )
     d = (y0.size - 2) // 2
     Pt = as_tensor(P, "P", dtype=torch.float64)
     if Pt.shape != (d, d):
@@ -464,7 +468,9 @@ def solve_reduced(y0, P, t_eval, *, rtol: float = 1e-10, atol: float = 1e-12):
 
     y0 = np.asarray(y0, float)
     if y0.ndim != 1 or y0.size < 6 or y0.size % 2:
-        raise ValueError("y0 must be a vector [gamma (d), beta (d), lambda_Q, lambda_K]")
+        raise ValueError(
+            "y0 must be a vector [gamma (d), beta (d), lambda_Q, lambda_K]"
+        )
     t_eval = np.asarray(t_eval, float)
     if t_eval.ndim != 1 or t_eval.size < 2 or np.any(np.diff(t_eval) <= 0):
         raise ValueError("t_eval must be an increasing 1-D array of at least 2 times")
@@ -485,7 +491,9 @@ def solve_reduced(y0, P, t_eval, *, rtol: float = 1e-10, atol: float = 1e-12):
     if sol.status != 0:
         from ..errors import FlowDiverged
 
-        raise FlowDiverged(f"reduced ODE failed: {sol.message}", partial=sol.y, times=sol.t)
+        raise FlowDiverged(
+            f"reduced ODE failed: {sol.message}", partial=sol.y, times=sol.t
+        )
     loss = np.array([red["numeric_loss"](y, P) for y in sol.y.T])
     return sol.t, sol.y, loss
 
