@@ -225,13 +225,13 @@ class OneLayerTransformer(torch.nn.Module):
         )
 
 
-class MarkovWindows:
-    """Fresh Markov windows each step: ``(n_models, batch, context+1)``, each model its own
-    stream, drawn from one seeded generator (stationary start, so each window is stationary)."""
+class _Windows:
+    """Shared set-up of the window samplers: ``source`` (a chain or a token stream) first, then
+    the keyword-only options ``batch``, ``context``, ``n_models``, ``seed``, ``device``."""
 
     def __init__(
         self,
-        P,
+        source,
         *,
         batch: int,
         context: int,
@@ -239,13 +239,26 @@ class MarkovWindows:
         seed: int | torch.Generator | None = None,
         device=None,
     ):
-        self.P = as_stochastic_matrix(P, "P")
         self.batch = check_positive_int(batch, "batch")
         self.context = check_positive_int(context, "context")
         self.n_models = check_positive_int(n_models, "n_models")
         self.device = default_device(device)
-        self.P = self.P.to(self.device)
+        self._prepare(source)
         self.gen = as_generator(seed, self.device)
+
+    def _prepare(self, source) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class MarkovWindows(_Windows):
+    """Fresh Markov windows each step: ``(n_models, batch, context+1)``, each model its own
+    stream, drawn from one generator (stationary start, so each window is stationary).
+
+    ``MarkovWindows(P, *, batch, context, n_models=1, seed=None, device=None)``.
+    """
+
+    def _prepare(self, P) -> None:
+        self.P = as_stochastic_matrix(P, "P").to(self.device)
 
     def __call__(self, step: int) -> torch.Tensor:
         x = sample_sequences(
@@ -254,31 +267,21 @@ class MarkovWindows:
         return x.reshape(self.n_models, self.batch, self.context + 1)
 
 
-class TextWindows:
-    """Random windows of ``context+1`` consecutive ids of a token stream, ``(n_models, batch, context+1)``."""
+class TextWindows(_Windows):
+    """Random windows of ``context+1`` consecutive ids of a token stream,
+    ``(n_models, batch, context+1)``.
 
-    def __init__(
-        self,
-        ids,
-        *,
-        batch: int,
-        context: int,
-        n_models: int = 1,
-        seed: int | torch.Generator | None = None,
-        device=None,
-    ):
+    ``TextWindows(ids, *, batch, context, n_models=1, seed=None, device=None)``.
+    """
+
+    def _prepare(self, ids) -> None:
         t = _tokens(torch.as_tensor(ids).reshape(1, -1), "ids")[0]
-        self.batch = check_positive_int(batch, "batch")
-        self.context = check_positive_int(context, "context")
-        self.n_models = check_positive_int(n_models, "n_models")
-        if t.numel() < context + 2:
+        if t.numel() < self.context + 2:
             raise ValueError(
-                f"ids must hold more than context+1 = {context + 1} tokens"
+                f"ids must hold more than context+1 = {self.context + 1} tokens"
             )
-        self.device = default_device(device)
         self.ids = t.to(self.device)
-        self.gen = as_generator(seed, self.device)
-        self.offsets = torch.arange(context + 1, device=self.device)
+        self.offsets = torch.arange(self.context + 1, device=self.device)
 
     def __call__(self, step: int) -> torch.Tensor:
         n = self.ids.numel() - self.context - 1
