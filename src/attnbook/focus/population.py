@@ -29,7 +29,10 @@ With :math:`r_q = \mathrm{softmax}(z_q) - P_q` its gradient is
 
    \partial_{W_Q} L = W_0^\top G W_0 W_K,\qquad \partial_{W_K} L = W_0^\top G^\top W_0 W_Q,
 
-with :math:`W_{QK} = W_Q W_K^\top`. Everything here is batched over leading dimensions (an
+with :math:`W_{QK} = W_Q W_K^\top`. The map :math:`w_q` is a softmax over key *types* weighted
+by their masses :math:`\pi_k` (a prior on the keys), not the plain softmax attention of
+:mod:`attnbook.attention` over positions, which the finite model of
+:mod:`attnbook.focus.model` calls. Everything here is batched over leading dimensions (an
 ensemble of parameter sets shares one call) and is plain torch, so autograd checks the closed
 form (``tests/test_focus_population.py``).
 """
