@@ -82,7 +82,7 @@ def bench_flow_vs_sgd(quick: bool, device):
         sampler = MarkovWindows(P, batch=batch, context=context, seed=1, device=device)
         t0 = time.perf_counter()
         res = train(
-            model, sampler, steps=steps, lr=lr, record_steps=rec, progress=False
+            model, sampler, n_steps=steps, lr=lr, record_steps=rec, progress=False
         )
         wall = time.perf_counter() - t0
         err = traj_error(
@@ -128,7 +128,7 @@ def bench_ensemble(quick: bool, device):
         MarkovWindows(
             P, batch=batch, context=context, n_models=n, seed=0, device=device
         ),
-        steps=steps,
+        n_steps=steps,
         lr=0.25,
         record_every=10,
         progress=False,
@@ -144,7 +144,7 @@ def bench_ensemble(quick: bool, device):
             MarkovWindows(
                 P, batch=batch, context=context, n_models=1, seed=seed, device=device
             ),
-            steps=steps,
+            n_steps=steps,
             lr=0.25,
             record_every=10,
             progress=False,

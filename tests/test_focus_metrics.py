@@ -34,7 +34,7 @@ def test_basic_metrics():
 
 
 def test_attention_distributions_match_population_mixture():
-    p = init_params(4, 3, 0.8, seed=0, n_models=2)
+    p = init_params(4, 3, eps=0.8, seed=0, n_models=2)
     pi = np.array([0.4, 0.3, 0.2, 0.1])
     w = attention_distributions(p.W0, p.WQ, p.WK, pi)
     Phi = p.W0 @ p.WQ @ p.WK.transpose(-1, -2) @ p.W0.transpose(-1, -2)
@@ -78,7 +78,7 @@ def four_stage_runs():
     out = {}
     for delta in (0.04, 0.0):
         P = perturbed_chain(4, 0.7, delta, 0.5)
-        r = population_flow(init_params(4, 8, 1e-3, seed=0), P, 3000.0, t_eval=te)
+        r = population_flow(init_params(4, 8, eps=1e-3, seed=0), P, 3000.0, t_eval=te)
         out[delta] = (r, trajectory_metrics(r.W0, r.W1, r.WQ, r.WK, r.pi))
     return out
 
@@ -154,7 +154,7 @@ def test_time_grid_and_flow_progress_bar():
     g = time_grid(1000.0, dense_until=10.0, n_dense=11, n_log=5)
     assert g[0] == 0.0 and g[-1] == 1000.0 and np.all(np.diff(g) > 0) and len(g) == 15
     r = population_flow(
-        init_params(3, 3, 0.1, seed=0),
+        init_params(3, 3, eps=0.1, seed=0),
         lazy_chain([0.5, 0.3, 0.2], 0.5),
         5.0,
         t_eval=time_grid(5.0, dense_until=5.0, n_dense=6),

@@ -34,7 +34,7 @@ def _naive_logits(p, ctx):
 
 
 def test_forward_matches_definition_and_shapes():
-    p = init_params(5, 4, 0.8, seed=0)
+    p = init_params(5, 4, eps=0.8, seed=0)
     ctx = torch.tensor([[0, 1, 2, 3, 4, 0], [4, 4, 1, 1, 2, 3]])
     logits, attn = finite_forward(p, ctx)
     assert logits.shape == (2, 5) and attn.shape == (2, 6)
@@ -45,7 +45,7 @@ def test_forward_matches_definition_and_shapes():
 
 
 def test_ensemble_forward_equals_each_model():
-    pe = init_params(4, 3, 0.5, seed=1, n_models=3)
+    pe = init_params(4, 3, eps=0.5, seed=1, n_models=3)
     ctx = sample_sequences(lazy_chain([0.4, 0.3, 0.2, 0.1], 0.5), 7, 9, seed=0)
     logits, _ = finite_forward(pe, ctx)  # shared contexts
     assert logits.shape == (3, 7, 4)
@@ -59,7 +59,7 @@ def test_ensemble_forward_equals_each_model():
 
 
 def test_masked_keys_in_finite_forward():
-    p = init_params(4, 3, 0.5, seed=2)
+    p = init_params(4, 3, eps=0.5, seed=2)
     mask = torch.tensor([False, False, False, True])
     ctx = torch.tensor([[3, 0, 3, 1], [3, 3, 3, 3]])
     logits, attn = finite_forward(p, ctx, masked_keys=mask)
@@ -70,7 +70,7 @@ def test_masked_keys_in_finite_forward():
 
 
 def test_finite_validation():
-    p = init_params(4, 3, 0.5, seed=2)
+    p = init_params(4, 3, eps=0.5, seed=2)
     with pytest.raises(ValueError, match="context"):
         finite_forward(p, torch.tensor([[0, 9]]))
     with pytest.raises(TypeError, match="context"):
@@ -92,7 +92,7 @@ def test_ensemble_training_equals_separate_training():
     init = ens.params()
     data = sample_sequences(P, 3 * 16 * 6, 9, seed=0).reshape(6, 3, 16, 9)
     res = train(
-        ens, lambda k: data[k % 6], steps=5, lr=0.5, record_every=1, progress=False
+        ens, lambda k: data[k % 6], n_steps=5, lr=0.5, record_every=1, progress=False
     )
     for i in range(3):
         single = OneLayerTransformer(
@@ -104,7 +104,7 @@ def test_ensemble_training_equals_separate_training():
         r1 = train(
             single,
             lambda k: data[k % 6][i : i + 1],
-            steps=5,
+            n_steps=5,
             lr=0.5,
             record_every=1,
             progress=False,
@@ -119,7 +119,7 @@ def test_training_is_reproducible_and_saves_npz(tmp_path):
     def run(seed):
         m = OneLayerTransformer(4, 5, n_models=2, eps=0.01, seed=seed, device="cpu")
         s = MarkovWindows(P, batch=32, context=8, n_models=2, seed=seed, device="cpu")
-        return train(m, s, steps=20, lr=0.5, record_every=5, progress=False)
+        return train(m, s, n_steps=20, lr=0.5, record_every=5, progress=False)
 
     a, b, c = run(0), run(0), run(1)
     np.testing.assert_array_equal(a.W0, b.W0)
@@ -142,7 +142,7 @@ def test_sgd_on_long_contexts_follows_the_population_flow():
     res = train(
         model,
         MarkovWindows(P, batch=512, context=64, n_models=1, seed=0, device="cpu"),
-        steps=steps,
+        n_steps=steps,
         lr=lr,
         record_every=20,
         progress=False,
@@ -167,18 +167,18 @@ def test_text_windows_and_divergence_detection():
         train(
             m,
             TextWindows(ids, batch=8, context=4, seed=0, device="cpu"),
-            steps=200,
+            n_steps=200,
             lr=1e6,
             record_every=1,
             progress=False,
         )
     with pytest.raises(ValueError, match="optimizer"):
-        train(m, tw, steps=1, lr=0.1, optimizer="lbfgs")
+        train(m, tw, n_steps=1, lr=0.1, optimizer="lbfgs")
 
 
 def test_markov_context_loss_matches_sampled_target_loss_in_expectation():
     P = perturbed_chain(4, 0.6, 0.05, 0.5)
-    p = init_params(4, 5, 0.8, seed=4)
+    p = init_params(4, 5, eps=0.8, seed=4)
     w = sample_sequences(P, 20000, 17, seed=3)
     a = float(markov_context_loss(p, w[:, :-1], P))
     b = float(finite_loss(p, w))

@@ -31,7 +31,7 @@ P = lazy_chain(PI, 0.5)
 
 
 def _rand(d=4, m=6, scale=0.7, seed=0, n=None):
-    return init_params(d, m, scale, seed=seed, n_models=n)
+    return init_params(d, m, eps=scale, seed=seed, n_models=n)
 
 
 def _autograd(p, P, **kw):
@@ -170,9 +170,9 @@ def test_hessian_is_symmetric_and_matches_autograd():
 
 def test_flow_matches_gradient_descent_and_decreases_loss():
     Pc = perturbed_chain(4, 0.7, 0.04, 0.5)
-    p0 = init_params(4, 5, 0.05, seed=0)
+    p0 = init_params(4, 5, eps=0.05, seed=0)
     flow = population_flow(p0, Pc, 30.0, t_eval=np.linspace(0, 30, 31))
-    gd = gradient_descent(p0, Pc, lr=0.01, steps=3000, record_every=100)
+    gd = gradient_descent(p0, Pc, lr=0.01, n_steps=3000, record_every=100)
     assert np.all(np.diff(flow.loss) <= 1e-12)
     assert np.max(np.abs(flow.loss - gd.loss)) < 2e-3
     assert np.max(np.abs(flow.W0[-1] - gd.W0[-1])) < 5e-3 * np.abs(flow.W0[-1]).max()
@@ -180,7 +180,7 @@ def test_flow_matches_gradient_descent_and_decreases_loss():
 
 def test_batched_flow_equals_individual_flows_and_npz_roundtrip(tmp_path):
     Pc = perturbed_chain(3, 0.6, 0.05, 0.5)
-    p0 = init_params(3, 4, 0.05, seed=1, n_models=2)
+    p0 = init_params(3, 4, eps=0.05, seed=1, n_models=2)
     te = np.linspace(0, 40, 9)
     both = population_flow(p0, Pc, 40.0, t_eval=te)
     one = population_flow(Params(*(x[1] for x in p0)), Pc, 40.0, t_eval=te)
@@ -196,11 +196,11 @@ def test_batched_flow_equals_individual_flows_and_npz_roundtrip(tmp_path):
 
 
 def test_flow_reports_blowup_and_bad_arguments():
-    p0 = init_params(4, 5, 1e-3, seed=0)
+    p0 = init_params(4, 5, eps=1e-3, seed=0)
     with pytest.raises(FlowDiverged, match="max_norm"):
         population_flow(p0, P, 200.0, max_norm=0.5)
     with pytest.raises(FlowDiverged, match="diverged"):
-        gradient_descent(init_params(4, 5, 3.0, seed=0), P, lr=1e3, steps=50)
+        gradient_descent(init_params(4, 5, eps=3.0, seed=0), P, lr=1e3, n_steps=50)
     with pytest.raises(ValueError, match="t_end"):
         population_flow(p0, P, -1.0)
     with pytest.raises(ValueError, match="method"):
@@ -227,7 +227,7 @@ def test_validation_names_the_argument():
 
 def test_flow_with_one_chain_per_model_equals_separate_flows():
     Ps = torch.stack([perturbed_chain(3, 0.6, delta, 0.5) for delta in (0.0, 0.05)])
-    p0 = init_params(3, 4, 0.05, seed=2)  # shared start, broadcast to the batch
+    p0 = init_params(3, 4, eps=0.05, seed=2)  # shared start, broadcast to the batch
     te = np.linspace(0, 30, 7)
     both = population_flow(p0, Ps, 30.0, t_eval=te)
     assert both.W0.shape == (7, 2, 3, 4) and both.pi.shape == (2, 3)

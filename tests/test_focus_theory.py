@@ -200,7 +200,7 @@ def test_measured_attention_growth_near_saddle_matches_rate():
     pi = torch.tensor([0.7, 0.12, 0.1, 0.08], dtype=torch.float64)
     P = lazy_chain(pi, 0.5)
     s = saddle_point(pi, 5)
-    noise = init_params(4, 5, 1e-5, seed=0)
+    noise = init_params(4, 5, eps=1e-5, seed=0)
     start = Params(s.W0, s.W1, noise.WQ, noise.WK)
     te = np.linspace(0, 60, 121)
     res = population_flow(start, P, 60.0, t_eval=te)

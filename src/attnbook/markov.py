@@ -24,7 +24,8 @@ import numbers
 import numpy as np
 import torch
 
-from .device import resolve_generator
+from . import linalg
+from .device import make_generator
 from .validation import (
     as_tensor,
     check_finite,
@@ -35,6 +36,7 @@ from .validation import (
 )
 
 __all__ = [
+    "as_generator",
     "as_probability_vector",
     "as_stochastic_matrix",
     "lazy_chain",
@@ -46,6 +48,17 @@ __all__ = [
     "entropy",
     "estimate_chain",
 ]
+
+
+def as_generator(seed, device=None) -> torch.Generator | None:
+    """The random state of the book's convention: ``seed`` is an ``int`` (a fresh generator
+    on ``device`` seeded with it), a ``torch.Generator`` (used as it is) or ``None`` (torch's
+    global generator, returned as ``None`` so that torch draws from it; never silently 0)."""
+    if seed is None:
+        return None
+    if isinstance(seed, torch.Generator):
+        return seed
+    return make_generator(seed, device if device is not None else "cpu")
 
 
 def _as_float64(x, name):
@@ -181,15 +194,15 @@ def sample_sequences(
     length: int,
     *,
     init=None,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
+    seed: int | torch.Generator | None = None,
     device=None,
 ) -> torch.Tensor:
     r"""Sample ``n_seq`` sequences of ``length`` tokens from the chain ``P`` (vectorised).
 
     The first token is drawn from ``init`` (default: the stationary law, so every window is a
     stationary sample); each next token by inverse-CDF sampling of the row of the current
-    token. All uniforms are drawn at once from one seeded generator, so the same seed gives the
+    token. All uniforms are drawn at once from one generator (``seed``: an int, a
+    ``torch.Generator``, or ``None`` for torch's global generator), so the same seed gives the
     same sequences. ``P`` may be batched ``(..., d, d)``; the result has shape
     ``(..., n_seq, length)`` and dtype ``int64``, on ``device`` (default: ``P``'s device).
     """
@@ -209,7 +222,7 @@ def sample_sequences(
                 f"init must have {d} entries (the size of P), got {init_t.shape[-1]}"
             )
         init_t = init_t.expand(*batch, d)
-    gen = resolve_generator(seed, generator, device=dev)
+    gen = as_generator(seed, dev)
     u = torch.rand(*batch, n_seq, length, generator=gen, device=dev, dtype=P.dtype)
     cum = P.cumsum(-1)  # (..., d, d)
     cum_init = init_t.cumsum(-1)[..., None, :]  # (..., 1, d)
@@ -229,8 +242,7 @@ def sample_sequences(
 
 def entropy(p, *, dim: int = -1) -> torch.Tensor:
     r"""Shannon entropy :math:`-\sum_k p_k\log p_k` (nats) along ``dim``, with :math:`0\log 0 = 0`."""
-    p = _as_float64(p, "p")
-    return -torch.special.xlogy(p, p).sum(dim)
+    return linalg.entropy(_as_float64(p, "p"), dim=dim)
 
 
 def entropy_rate(P, pi=None) -> torch.Tensor:

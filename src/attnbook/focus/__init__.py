@@ -12,6 +12,7 @@ Learning Process of Attention* (arXiv 2605.01199, ICML 2026); the formulas here 
 reconstruction for the model stated in :mod:`~attnbook.focus.population`.
 """
 
+from ..errors import FlowDiverged, TrainingDiverged
 from .metrics import (
     attention_distributions,
     attention_entropy,
@@ -27,10 +28,10 @@ from .model import (
     TrainResult,
     finite_forward,
     finite_loss,
+    markov_context_loss,
     train,
 )
 from .population import (
-    FlowDiverged,
     FlowResult,
     Params,
     attention_mixture,
@@ -72,6 +73,8 @@ __all__ = [
     "TrainResult",
     "finite_forward",
     "finite_loss",
+    "markov_context_loss",
+    "TrainingDiverged",
     "trajectory_metrics",
     "attention_distributions",
     "attention_entropy",

@@ -4,13 +4,15 @@ Everything takes arrays with arbitrary leading dimensions (time, models, ...) an
 arrays of the same leading shape, so one call summarises a whole batched run.
 
 * Attention of query :math:`q` in the long-context limit: :math:`w_q(k)\propto\pi_k e^{\Phi_{qk}}`
-  (token types). Its entropy :math:`H(w_q)` is the entropy of the attention *over distinct
-  tokens*; a finite context of length :math:`s` has position-level entropy
+  (token types). Two entropies: the **type level** :math:`H(w_q)`, the entropy of the attention
+  over distinct tokens, and the **position level** of a context of length :math:`s`,
   :math:`\approx \log s - \mathrm{KL}(w_q\,\|\,\pi)` (each type :math:`k` occupies
-  :math:`\approx s\pi_k` positions sharing :math:`w_q(k)`). We report both.
+  :math:`\approx s\pi_k` positions sharing :math:`w_q(k)`; :func:`position_entropy`).
+  :func:`trajectory_metrics` returns both (``entropy_*`` and ``kl_*``).
 * Averages over queries: **uniform** :math:`H_u = \frac1d\sum_q H(w_q)` (rare queries count as
-  much as the frequent one — this is the average that goes down, up, down) and
-  :math:`\pi`-**weighted** :math:`H_\pi = \sum_q \pi_q H(w_q)`.
+  much as the frequent one) and :math:`\pi`-**weighted** :math:`H_\pi = \sum_q \pi_q H(w_q)`;
+  likewise ``kl_uniform`` and ``kl_pi``. On the reference run only the uniform type-level
+  :math:`H_u` goes down, up, down; :math:`H_\pi` falls and the KL rises throughout.
 * Alignment: cosines of :math:`W_0`'s top left singular vector with :math:`\pi`, and of
   :math:`W_1`'s top right singular vector with :math:`b = \pi - \frac1d\mathbf 1` and with
   :math:`\tilde\ell = \log\pi - \overline{\log\pi}` (absolute values: singular vectors have no sign).
@@ -21,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .. import linalg
 from ..markov import as_probability_vector
 from ..validation import as_tensor
 
@@ -31,7 +34,14 @@ __all__ = [
     "attention_distributions",
     "attention_entropy",
     "attention_kl",
+    "position_entropy",
     "trajectory_metrics",
+    "analyse_flow",
+    "key_weights",
+    "focus_episode",
+    "change_correlation",
+    "time_index",
+    "first_time",
     "embedding_pca",
     "stage_times",
     "growth_rate_fit",
@@ -70,19 +80,24 @@ def attention_distributions(W0, WQ, WK, pi, masked_keys=None) -> np.ndarray:
 
 def attention_entropy(w) -> np.ndarray:
     """Entropy (nats) of each row of ``w`` (each query's attention over token types)."""
-    w = _np(w, "w")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return -np.where(w > 0, w * np.log(np.where(w > 0, w, 1.0)), 0.0).sum(-1)
+    return linalg.entropy(_np(w, "w"))
 
 
 def attention_kl(w, pi) -> np.ndarray:
     r""":math:`\mathrm{KL}(w_q\|\pi)` per query; position-level entropy ≈ :math:`\log s` minus this."""
     w = _np(w, "w")
-    p = _np(pi, "pi")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(
-            w > 0, w * (np.log(np.where(w > 0, w, 1.0)) - np.log(p)), 0.0
-        ).sum(-1)
+    return linalg.kl_divergence(w, np.broadcast_to(_np(pi, "pi"), w.shape).copy())
+
+
+def position_entropy(w, pi, s) -> np.ndarray:
+    r"""Position-level attention entropy of a context of length ``s``,
+    :math:`\log s - \mathrm{KL}(w_q\|\pi)`: each type :math:`k` fills :math:`s\pi_k` positions,
+    which share its weight :math:`w_q(k)` equally (exact when the counts are exactly
+    :math:`s\pi_k`)."""
+    s = float(s)
+    if not s > 0:
+        raise ValueError(f"s must be positive, got {s!r}")
+    return np.log(s) - attention_kl(w, pi)
 
 
 def attention_mass_by_type(attention, context, d: int) -> np.ndarray:
@@ -121,7 +136,8 @@ def trajectory_metrics(
     Keys: ``sv_W0``, ``sv_W1``, ``sv_M``, ``sv_Phi`` (singular values), ``stable_rank_W0``,
     ``phi_norm`` (Frobenius), ``attention`` (..., d, d), ``entropy_per_query`` (..., d),
     ``entropy_uniform``, ``entropy_pi``, ``kl_per_query``, ``cos_W0_pi``, ``cos_W1_b``,
-    ``cos_W1_ell``, ``top_self_attention`` (:math:`w_0(0)`, token 0 = the most frequent when
+    ``kl_uniform``, ``kl_pi`` (position level: entropy ≈ log s − KL), ``cos_W1_ell``,
+    ``top_self_attention`` (:math:`w_0(0)`, token 0 = the most frequent when
     π is sorted), ``top_token_mass_rare`` (mean weight rare queries put on the most frequent
     token), ``cos_top_vs_rest`` (mean cosine between the most frequent token's embedding and
     the others').
@@ -135,6 +151,7 @@ def trajectory_metrics(
     Phi = W0n @ WQn @ np.swapaxes(WKn, -1, -2) @ np.swapaxes(W0n, -1, -2)
     w = attention_distributions(W0n, WQn, WKn, p, masked_keys)
     H = attention_entropy(w)
+    kl = attention_kl(w, p)
     U0, s0, _ = np.linalg.svd(W0n, full_matrices=False)
     _, s1, V1 = np.linalg.svd(W1n, full_matrices=False)
     b = p - 1.0 / d
@@ -161,13 +178,15 @@ def trajectory_metrics(
         "sv_W1": s1,
         "sv_M": np.linalg.svd(M, compute_uv=False),
         "sv_Phi": np.linalg.svd(Phi, compute_uv=False),
-        "stable_rank_W0": (s0**2).sum(-1) / np.maximum(s0[..., 0] ** 2, 1e-300),
+        "stable_rank_W0": stable_rank(W0n),
         "phi_norm": np.linalg.norm(Phi, axis=(-2, -1)),
         "attention": w,
         "entropy_per_query": H,
         "entropy_uniform": H.mean(-1),
         "entropy_pi": (H * p).sum(-1),
-        "kl_per_query": attention_kl(w, p),
+        "kl_per_query": kl,
+        "kl_uniform": kl.mean(-1),
+        "kl_pi": (kl * p).sum(-1),
         "cos_W0_pi": _cos(U0[..., :, 0], p),
         "cos_W1_b": _cos(V1[..., 0, :], b),
         "cos_W1_ell": _cos(V1[..., 0, :], ell),
@@ -300,4 +319,81 @@ def stage_times(
         esc = np.flatnonzero((sv2 > sv2_threshold) & (t > t[k]))
         if esc.size:
             out["IV_escape"] = float(t[esc[0]])
+    return out
+
+
+def time_index(t, time) -> int:
+    """Index of the first recorded time ``>= time`` (clipped to the last record)."""
+    t = np.asarray(t, float)
+    return int(min(np.searchsorted(t, float(time)), len(t) - 1))
+
+
+def first_time(t, condition, *, after: float = -np.inf) -> float:
+    """First time ``t[i] > after`` at which the boolean array ``condition`` holds (nan if never)."""
+    t = np.asarray(t, float)
+    hit = np.flatnonzero(np.asarray(condition, bool) & (t > after))
+    return float(t[hit[0]]) if hit.size else float("nan")
+
+
+def analyse_flow(run, model: int | None = None, **stage_options):
+    """:func:`trajectory_metrics` and :func:`stage_times` of a recorded run in one call.
+
+    ``run`` is a :class:`~attnbook.focus.population.FlowResult` (or anything with ``t``,
+    ``loss``, ``W0`` … ``WK`` and ``pi``); for a batched run ``model`` picks one member (its
+    chain too when the run has one chain per model). Returns ``(metrics, stages)``.
+    """
+    sel = (slice(None),) if model is None else (slice(None), model)
+    pi = np.asarray(run.pi)
+    if model is not None and pi.ndim > 1:
+        pi = pi[model]
+    W = [np.asarray(getattr(run, k))[sel] for k in ("W0", "W1", "WQ", "WK")]
+    mk = getattr(run, "info", {}).get("masked_keys")
+    m = trajectory_metrics(*W, pi, masked_keys=mk)
+    return m, stage_times(run.t, np.asarray(run.loss)[sel], m, pi, **stage_options)
+
+
+def key_weights(W0, WQ, WK, pi, *, masked_keys=None) -> tuple[np.ndarray, np.ndarray]:
+    r"""Long-context attention averaged uniformly over query types: the weight on each key
+    type, shape (..., d), and the type-level entropy :math:`H_u`, shape (...)."""
+    w = attention_distributions(W0, WQ, WK, pi, masked_keys)
+    return w.mean(-2), attention_entropy(w).mean(-1)
+
+
+def focus_episode(weight, H_u) -> dict:
+    """Summarise a focus–dilution episode from :func:`key_weights` along time (T, d), (T,).
+
+    Returns ``peak`` (index of the minimum of ``H_u``), ``token`` (the key type whose weight
+    gained most from the start to that minimum), ``gain`` (its weight at the minimum / at the
+    start), ``kept`` (its weight at the end / at the minimum), and ``H_start``, ``H_min``,
+    ``H_end``.
+    """
+    weight = np.asarray(weight, float)
+    H_u = np.asarray(H_u, float)
+    if weight.ndim != 2 or H_u.shape != weight.shape[:1]:
+        raise ValueError("weight must be (T, d) and H_u (T,)")
+    peak = int(np.argmin(H_u))
+    token = int(np.argmax(weight[peak] - weight[0]))
+    return {
+        "peak": peak,
+        "token": token,
+        "gain": float(weight[peak, token] / weight[0, token]),
+        "kept": float(weight[-1, token] / weight[peak, token]),
+        "H_start": float(H_u[0]),
+        "H_min": float(H_u[peak]),
+        "H_end": float(H_u[-1]),
+    }
+
+
+def change_correlation(w_a, w_b) -> np.ndarray:
+    """Correlation, time by time, of the changes since the first record of two trajectories of
+    attention matrices (T, d, d) (nan at the first record)."""
+    a = np.asarray(w_a, float)
+    b = np.asarray(w_b, float)
+    if a.shape != b.shape or a.ndim < 2:
+        raise ValueError("w_a and w_b must be trajectories of the same shape (T, ...)")
+    da = (a - a[0]).reshape(len(a), -1)
+    db = (b - b[0]).reshape(len(b), -1)
+    out = np.full(len(a), np.nan)
+    for i in range(1, len(a)):
+        out[i] = np.corrcoef(da[i], db[i])[0, 1]
     return out

@@ -27,8 +27,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..device import default_device, make_generator
-from ..markov import as_stochastic_matrix, sample_sequences, stationary
+from .. import attention
+from ..device import default_device
+from ..errors import TrainingDiverged
+from ..markov import as_generator, as_stochastic_matrix, sample_sequences, stationary
 from ..results import load_fields, save_fields
 from ..validation import check_choice, check_positive, check_positive_int
 from .population import Params, check_params, init_params
@@ -44,10 +46,6 @@ __all__ = [
     "TrainResult",
     "TrainingDiverged",
 ]
-
-
-class TrainingDiverged(RuntimeError):
-    """The training loss became non-finite."""
 
 
 def _tokens(tokens, name="tokens", d=None):
@@ -92,15 +90,17 @@ def finite_forward(params: Params, context, *, masked_keys=None):
         )
     e_idx = torch.arange(E, device=x.device)[:, None, None]
     emb = p.W0[e_idx, x]  # (E, B, s, m)
-    u = torch.einsum("ebm,emn,ekn->ebk", emb[:, :, -1], p.WQ, p.WK)  # W_K W_Q^T e_s
-    scores = torch.einsum("ebsm,ebm->ebs", emb, u)  # e_s^T W_Q W_K^T e_j
-    if masked_keys is not None:
+    # softmax attention of the shared kernel, query W_K W_Q^T e_s against the keys e_j
+    # (one m-vector per window instead of transforming every key by W_K)
+    queries = torch.einsum("ebm,emn,ekn->ebk", emb[:, :, -1], p.WQ, p.WK)[:, :, None]
+    if masked_keys is None:
+        attn = attention.attention_weights(queries, emb, kind="softmax")[:, :, 0]
+    else:
         mk = torch.as_tensor(masked_keys, device=x.device)
         if mk.dtype != torch.bool or mk.shape != (d,):
             raise ValueError(f"masked_keys must be a boolean vector of shape ({d},)")
-        scores = scores.masked_fill(mk[x], float("-inf"))
-    attn = torch.softmax(scores, dim=-1)
-    if masked_keys is not None:
+        sc = attention.scores(queries, emb)[:, :, 0]  # e_s^T W_Q W_K^T e_j
+        attn = torch.softmax(sc.masked_fill(mk[x], float("-inf")), dim=-1)
         attn = torch.nan_to_num(attn, nan=0.0)  # all keys masked -> no output
     h = torch.einsum("ebs,ebsm->ebm", attn, emb)
     logits = torch.einsum("ebm,emd->ebd", h, p.W1)
@@ -162,7 +162,8 @@ def markov_context_loss(
 class OneLayerTransformer(torch.nn.Module):
     r"""An ensemble of ``n_models`` one-layer transformers (weights ``(n_models, …)``).
 
-    Initialised :math:`\mathcal N(0,\varepsilon^2)` from ``seed``; ``forward(context)`` returns
+    Initialised :math:`\mathcal N(0,\varepsilon^2)` from ``seed`` (int, ``torch.Generator`` or
+    ``None`` = torch's global generator); ``forward(context)`` returns
     logits ``(n_models, B, d)``. ``params()`` gives detached copies as :class:`Params`.
     """
 
@@ -173,7 +174,7 @@ class OneLayerTransformer(torch.nn.Module):
         *,
         n_models: int = 1,
         eps: float = 1e-3,
-        seed: int = 0,
+        seed: int | torch.Generator | None = None,
         dtype=torch.float32,
         device=None,
         masked_keys=None,
@@ -181,7 +182,13 @@ class OneLayerTransformer(torch.nn.Module):
         super().__init__()
         dev = default_device(device)
         p = init_params(
-            d, m, eps, n_models=n_models, seed=seed, dtype=torch.float64, device="cpu"
+            d,
+            m,
+            eps=eps,
+            n_models=n_models,
+            seed=seed,
+            dtype=torch.float64,
+            device="cpu",
         )
         self.W0, self.W1, self.WQ, self.WK = (
             torch.nn.Parameter(x.to(dev, dtype)) for x in p
@@ -218,60 +225,63 @@ class OneLayerTransformer(torch.nn.Module):
         )
 
 
-class MarkovWindows:
-    """Fresh Markov windows each step: ``(n_models, batch, context+1)``, each model its own
-    stream, drawn from one seeded generator (stationary start, so each window is stationary)."""
+class _Windows:
+    """Shared set-up of the window samplers: ``source`` (a chain or a token stream) first, then
+    the keyword-only options ``batch``, ``context``, ``n_models``, ``seed``, ``device``."""
 
     def __init__(
         self,
-        P,
+        source,
         *,
         batch: int,
         context: int,
         n_models: int = 1,
-        seed: int = 0,
+        seed: int | torch.Generator | None = None,
         device=None,
     ):
-        self.P = as_stochastic_matrix(P, "P")
         self.batch = check_positive_int(batch, "batch")
         self.context = check_positive_int(context, "context")
         self.n_models = check_positive_int(n_models, "n_models")
         self.device = default_device(device)
-        self.P = self.P.to(self.device)
-        self.gen = make_generator(seed, self.device)
+        self._prepare(source)
+        self.gen = as_generator(seed, self.device)
+
+    def _prepare(self, source) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class MarkovWindows(_Windows):
+    """Fresh Markov windows each step: ``(n_models, batch, context+1)``, each model its own
+    stream, drawn from one generator (stationary start, so each window is stationary).
+
+    ``MarkovWindows(P, *, batch, context, n_models=1, seed=None, device=None)``.
+    """
+
+    def _prepare(self, P) -> None:
+        self.P = as_stochastic_matrix(P, "P").to(self.device)
 
     def __call__(self, step: int) -> torch.Tensor:
         x = sample_sequences(
-            self.P, self.n_models * self.batch, self.context + 1, generator=self.gen
+            self.P, self.n_models * self.batch, self.context + 1, seed=self.gen
         )
         return x.reshape(self.n_models, self.batch, self.context + 1)
 
 
-class TextWindows:
-    """Random windows of ``context+1`` consecutive ids of a token stream, ``(n_models, batch, context+1)``."""
+class TextWindows(_Windows):
+    """Random windows of ``context+1`` consecutive ids of a token stream,
+    ``(n_models, batch, context+1)``.
 
-    def __init__(
-        self,
-        ids,
-        *,
-        batch: int,
-        context: int,
-        n_models: int = 1,
-        seed: int = 0,
-        device=None,
-    ):
+    ``TextWindows(ids, *, batch, context, n_models=1, seed=None, device=None)``.
+    """
+
+    def _prepare(self, ids) -> None:
         t = _tokens(torch.as_tensor(ids).reshape(1, -1), "ids")[0]
-        self.batch = check_positive_int(batch, "batch")
-        self.context = check_positive_int(context, "context")
-        self.n_models = check_positive_int(n_models, "n_models")
-        if t.numel() < context + 2:
+        if t.numel() < self.context + 2:
             raise ValueError(
-                f"ids must hold more than context+1 = {context + 1} tokens"
+                f"ids must hold more than context+1 = {self.context + 1} tokens"
             )
-        self.device = default_device(device)
         self.ids = t.to(self.device)
-        self.gen = make_generator(seed, self.device)
-        self.offsets = torch.arange(context + 1, device=self.device)
+        self.offsets = torch.arange(self.context + 1, device=self.device)
 
     def __call__(self, step: int) -> torch.Tensor:
         n = self.ids.numel() - self.context - 1
@@ -315,7 +325,7 @@ def train(
     model: OneLayerTransformer,
     sampler,
     *,
-    steps: int,
+    n_steps: int,
     lr: float,
     optimizer: str = "sgd",
     record_every: int = 10,
@@ -331,7 +341,7 @@ def train(
     """
     if not isinstance(model, OneLayerTransformer):
         raise TypeError("model must be a OneLayerTransformer")
-    steps = check_positive_int(steps, "steps")
+    steps = check_positive_int(n_steps, "n_steps")
     lr = check_positive(lr, "lr")
     optimizer = check_choice(optimizer, "optimizer", ("sgd", "adam"))
     if record_steps is None:
@@ -361,7 +371,10 @@ def train(
         if k in record:
             if not bool(torch.isfinite(running).all()):
                 raise TrainingDiverged(
-                    f"training loss became non-finite by step {k} (lr = {lr})"
+                    f"training loss became non-finite by step {k} (lr = {lr})",
+                    time=k,
+                    partial=rec_w,
+                    times=np.array(rec_step),
                 )
             rec_step.append(k)
             rec_loss.append((running / n_run).cpu().numpy())

@@ -29,7 +29,10 @@ With :math:`r_q = \mathrm{softmax}(z_q) - P_q` its gradient is
 
    \partial_{W_Q} L = W_0^\top G W_0 W_K,\qquad \partial_{W_K} L = W_0^\top G^\top W_0 W_Q,
 
-with :math:`W_{QK} = W_Q W_K^\top`. Everything here is batched over leading dimensions (an
+with :math:`W_{QK} = W_Q W_K^\top`. The map :math:`w_q` is a softmax over key *types* weighted
+by their masses :math:`\pi_k` (a prior on the keys), not the plain softmax attention of
+:mod:`attnbook.attention` over positions, which the finite model of
+:mod:`attnbook.focus.model` calls. Everything here is batched over leading dimensions (an
 ensemble of parameter sets shares one call) and is plain torch, so autograd checks the closed
 form (``tests/test_focus_population.py``).
 """
@@ -44,8 +47,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..device import resolve_generator
-from ..markov import as_stochastic_matrix, stationary
+from ..errors import FlowDiverged
+from ..markov import as_generator, as_stochastic_matrix, stationary
 from ..results import load_fields, save_fields
 from ..validation import (
     as_tensor,
@@ -72,10 +75,6 @@ __all__ = [
     "gradient_descent",
     "FlowDiverged",
 ]
-
-
-class FlowDiverged(RuntimeError):
-    """The gradient flow blew up (non-finite state) or the integrator failed."""
 
 
 class Params(NamedTuple):
@@ -113,23 +112,23 @@ def check_params(W0, W1, WQ, WK, *, dtype=None) -> Params:
 def init_params(
     d: int,
     m: int,
-    eps: float = 1e-3,
     *,
+    eps: float = 1e-3,
     n_models: int | None = None,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
+    seed: int | torch.Generator | None = None,
     dtype=torch.float64,
     device=None,
 ) -> Params:
     r"""Small Gaussian initialisation :math:`\mathcal N(0, \varepsilon^2)` of all four matrices.
 
     With ``n_models`` the tensors get a leading ensemble dimension (each member its own draw).
+    ``seed`` is an int, a ``torch.Generator`` or ``None`` (torch's global generator).
     """
     d = check_positive_int(d, "d", minimum=2)
     m = check_positive_int(m, "m")
     eps = check_positive(eps, "eps")
     dev = torch.device(device) if device is not None else torch.device("cpu")
-    gen = resolve_generator(seed, generator, device=dev)
+    gen = as_generator(seed, dev)
     lead = () if n_models is None else (check_positive_int(n_models, "n_models"),)
     shapes = [(d, m), (m, d), (m, m), (m, m)]
     return Params(
@@ -229,25 +228,28 @@ def _softmax_np(x):
     return e / e.sum(-1, keepdims=True)
 
 
+def _tr(a):
+    return np.swapaxes(a, -1, -2)
+
+
 def _gradient_np(W0, W1, WQ, WK, P, pi, log_keys):
     """NumPy twin of :func:`_gradient` for the ODE right-hand side (tiny matrices: NumPy's
     per-call overhead is ~10x lower than torch's). Tested equal to the torch version."""
-    tr = lambda a: np.swapaxes(a, -1, -2)  # noqa: E731
-    WQK = WQ @ tr(WK)
+    WQK = WQ @ _tr(WK)
     M = W0 @ W1
-    Phi = W0 @ WQK @ tr(W0)
+    Phi = W0 @ WQK @ _tr(W0)
     w = _softmax_np(log_keys[..., None, :] + Phi)
     z = w @ M
     r = _softmax_np(z) - P
-    dM = tr(w) @ (pi[..., :, None] * r)
-    v = r @ tr(M)
+    dM = _tr(w) @ (pi[..., :, None] * r)
+    v = r @ _tr(M)
     G = pi[..., :, None] * w * (v - (w * v).sum(-1, keepdims=True))
-    GW0, GtW0 = G @ W0, tr(G) @ W0
+    GW0, GtW0 = G @ W0, _tr(G) @ W0
     return (
-        dM @ tr(W1) + GW0 @ tr(WQK) + GtW0 @ WQK,
-        tr(W0) @ dM,
-        tr(W0) @ GW0 @ WK,
-        tr(W0) @ GtW0 @ WQ,
+        dM @ _tr(W1) + GW0 @ _tr(WQK) + GtW0 @ WQK,
+        _tr(W0) @ dM,
+        _tr(W0) @ GW0 @ WK,
+        _tr(W0) @ GtW0 @ WQ,
     )
 
 
@@ -520,11 +522,16 @@ def population_flow(
     if sol.status == -1 or (sol.status == 1 and len(sol.t_events[0])):
         raise FlowDiverged(
             f"population flow failed at t = {sol.t[-1] if len(sol.t) else 0:.4g}: "
-            f"{sol.message if sol.status == -1 else 'parameters exceeded max_norm'}"
+            f"{sol.message if sol.status == -1 else 'parameters exceeded max_norm'}",
+            time=float(sol.t[-1]) if len(sol.t) else 0.0,
+            partial=sol.y.T if sol.y is not None else None,
+            times=sol.t,
         )
     Y = sol.y.T.reshape(len(sol.t), *lead, n)
     if not np.all(np.isfinite(Y)):
-        raise FlowDiverged("population flow produced non-finite parameters")
+        raise FlowDiverged(
+            "population flow produced non-finite parameters", partial=Y, times=sol.t
+        )
     traj = unpack(torch.from_numpy(Y), d, m)
     with torch.no_grad():
         loss = _forward(traj, P, pi, mk)[0].numpy()
@@ -553,7 +560,7 @@ def gradient_descent(
     P,
     *,
     lr: float,
-    steps: int,
+    n_steps: int,
     record_every: int = 1,
     masked_keys=None,
     max_norm: float = 1e6,
@@ -563,13 +570,13 @@ def gradient_descent(
     population loss (the Euler discretisation of the flow; time :math:`t = k\eta`). Batched."""
     p = _as_start(params)
     lr = check_positive(lr, "lr")
-    steps = check_positive_int(steps, "steps")
+    n_steps = check_positive_int(n_steps, "n_steps")
     record_every = check_positive_int(record_every, "record_every")
     P, pi = _chain(P, p.W0.dtype, p.W0.device)
     p = Params(*(x.detach().clone() for x in p))
     mk = _check_masked(masked_keys, P.shape[-1], P.device)
     rec_t, rec_p, rec_l = [], [], []
-    it = range(steps + 1)
+    it = range(n_steps + 1)
     if progress:
         from tqdm.auto import tqdm
 
@@ -584,13 +591,16 @@ def gradient_descent(
             ):
                 raise FlowDiverged(
                     f"gradient descent diverged at step {k}: non-finite loss or "
-                    f"parameters above max_norm = {max_norm:g} (lr = {lr} too large?)"
+                    f"parameters above max_norm = {max_norm:g} (lr = {lr} too large?)",
+                    time=k * lr,
+                    partial=rec_p,
+                    times=np.array(rec_t),
                 )
-            if k % record_every == 0 or k == steps:
+            if k % record_every == 0 or k == n_steps:
                 rec_t.append(k * lr)
                 rec_p.append([x.clone() for x in p])
                 rec_l.append(loss.clone())
-            if k < steps:
+            if k < n_steps:
                 p = Params(*(x - lr * gx for x, gx in zip(p, g)))
     wall = time.perf_counter() - t0
     stack = [torch.stack([r[i] for r in rec_p]).cpu().numpy() for i in range(4)]
@@ -604,7 +614,7 @@ def gradient_descent(
         P=P.cpu().numpy(),
         pi=pi.cpu().numpy(),
         wall_s=wall,
-        n_fev=steps + 1,
+        n_fev=n_steps + 1,
         info={
             "method": "gd",
             "lr": lr,

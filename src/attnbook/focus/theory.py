@@ -49,6 +49,10 @@ __all__ = [
     "saddle_attention_block",
     "reduced_ode",
     "reduced_to_params",
+    "project_rank_one",
+    "rank_one_minimum",
+    "solve_reduced",
+    "plateau_instability",
 ]
 
 
@@ -388,3 +392,123 @@ def reduced_to_params(y, m: int, *, alpha=None, alpha_tilde=None) -> Params:
         lq * torch.outer(a, at),
         lk * torch.outer(a, at),
     )
+
+
+def project_rank_one(params) -> np.ndarray:
+    r"""Reduced coordinates ``[γ, β, λ_Q, λ_K]`` of the rank-one point nearest to ``params``.
+
+    :math:`\alpha` is :math:`W_0`'s top right singular vector, :math:`\gamma = W_0\alpha`,
+    :math:`\beta = W_1^\top\alpha`, :math:`\lambda_Q = |W_Q^\top\alpha|` and
+    :math:`\lambda_K = (W_K^\top\alpha)\cdot\tilde\alpha` with
+    :math:`\tilde\alpha = W_Q^\top\alpha/\lambda_Q`, so that :math:`\Phi` restricted to
+    :math:`\alpha` is preserved exactly. Use with :func:`reduced_to_params` and
+    :func:`reduced_ode`.
+    """
+    W0, W1, WQ, WK = (np.asarray(x, float) for x in params)
+    if W0.ndim != 2:
+        raise ValueError(
+            "project_rank_one takes one parameter set (W0 of shape (d, m))"
+        )
+    alpha = np.linalg.svd(W0)[2][0]
+    q_dir, k_dir = WQ.T @ alpha, WK.T @ alpha
+    nq = float(np.linalg.norm(q_dir))
+    if nq == 0:
+        return np.concatenate([W0 @ alpha, W1.T @ alpha, [0.0, 0.0]])
+    return np.concatenate([W0 @ alpha, W1.T @ alpha, [nq, float(k_dir @ q_dir) / nq]])
+
+
+def rank_one_minimum(P, start) -> tuple[float, np.ndarray]:
+    r"""Minimise the population loss over the rank-one manifold (``m = 1``: every weight is
+    rank one), starting from reduced coordinates ``start = [γ, β, λ_Q, λ_K]`` (e.g.
+    :func:`project_rank_one` of a run's state, to pick the basin the run is in).
+
+    This is the loss of the **rank-one plateau** of stages III–IV, computed from the reduced
+    loss alone (L-BFGS with the closed-form gradient), independently of any flow. Returns
+    ``(loss, y)`` at the minimiser.
+    """
+    import scipy.optimize
+
+    from .population import population_gradient
+
+    y0 = np.asarray(start, float)
+    if y0.ndim != 1 or y0.size < 6 or y0.size % 2:
+        raise ValueError(
+            "start must be a vector [gamma (d), beta (d), lambda_Q, lambda_K]"
+        )
+    d = (y0.size - 2) // 2
+    Pt = as_tensor(P, "P", dtype=torch.float64)
+    if Pt.shape != (d, d):
+        raise ValueError(f"P must be {d}x{d} to match start, got {tuple(Pt.shape)}")
+
+    def split(y):
+        y = torch.from_numpy(np.asarray(y, float))
+        return (
+            y[:d, None],
+            y[None, d : 2 * d],
+            y[2 * d].reshape(1, 1),
+            y[2 * d + 1].reshape(1, 1),
+        )
+
+    def fun(y):
+        loss, g = population_gradient(*split(y), Pt, return_loss=True)
+        flat = np.concatenate([g.W0[:, 0], g.W1[0], g.WQ[0], g.WK[0]])
+        return float(loss), flat.astype(float)
+
+    res = scipy.optimize.minimize(
+        fun, y0, jac=True, method="L-BFGS-B", options={"gtol": 1e-12, "ftol": 1e-15}
+    )
+    return float(res.fun), res.x
+
+
+def solve_reduced(y0, P, t_eval, *, rtol: float = 1e-10, atol: float = 1e-12):
+    r"""Integrate the reduced (rank-one) ODE of :func:`reduced_ode` from ``y0`` at ``t_eval[0]``
+    (SciPy LSODA). Returns ``(t, y, loss)``: times ``(T,)``, coordinates ``(2d+2, T)`` and the
+    reduced loss along the way ``(T,)``."""
+    from scipy.integrate import solve_ivp
+
+    y0 = np.asarray(y0, float)
+    if y0.ndim != 1 or y0.size < 6 or y0.size % 2:
+        raise ValueError(
+            "y0 must be a vector [gamma (d), beta (d), lambda_Q, lambda_K]"
+        )
+    t_eval = np.asarray(t_eval, float)
+    if t_eval.ndim != 1 or t_eval.size < 2 or np.any(np.diff(t_eval) <= 0):
+        raise ValueError("t_eval must be an increasing 1-D array of at least 2 times")
+    red = reduced_ode((y0.size - 2) // 2)
+
+    def rhs(t, y):
+        return red["numeric"](y, P)
+
+    sol = solve_ivp(
+        rhs,
+        (t_eval[0], t_eval[-1]),
+        y0,
+        method="LSODA",
+        t_eval=t_eval,
+        rtol=rtol,
+        atol=atol,
+    )
+    if sol.status != 0:
+        from ..errors import FlowDiverged
+
+        raise FlowDiverged(
+            f"reduced ODE failed: {sol.message}", partial=sol.y, times=sol.t
+        )
+    loss = np.array([red["numeric_loss"](y, P) for y in sol.y.T])
+    return sol.t, sol.y, loss
+
+
+def plateau_instability(P, start, m: int) -> tuple[float, float]:
+    r"""Loss and transverse instability of the rank-one plateau of chain ``P``.
+
+    Minimises the loss over rank-one weights from ``start`` (reduced coordinates, see
+    :func:`rank_one_minimum`), embeds the minimiser with embedding dimension ``m`` and returns
+    ``(loss, lambda_1)``: the plateau loss and the top eigenvalue of the flow's Jacobian
+    :math:`-\nabla^2 L` there (positive: the plateau is a saddle the flow leaves at that rate;
+    about zero for symmetric rare tokens, δ = 0).
+    """
+    from .population import population_hessian
+
+    loss, y = rank_one_minimum(P, start)
+    H = population_hessian(*reduced_to_params(y, m), P)
+    return loss, float(torch.linalg.eigvalsh(-H)[-1])
