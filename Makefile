@@ -88,6 +88,13 @@ book: venv $(MATHJAX_DIR)/tex-chtml.js
 sync-notebooks: venv
 	$(PY) -m tools.colab sync
 
+# the student notebooks (notebooks/student/<part>/<chapter>.ipynb): the Colab notebooks with the
+# solutions removed and each coding exercise a stub ending in its checker (sync-notebooks
+# writes them too; this target rewrites them from the current Colab notebooks)
+.PHONY: student
+student: venv
+	$(PY) -m tools.colab student
+
 # every Colab notebook run as Colab would: a fresh venv, the notebook's own install cell
 # (ATTNBOOK_INSTALL=git+file://<this checkout>@HEAD), the data excerpts from a loopback server
 .PHONY: test-colab data-excerpt

@@ -275,3 +275,115 @@ def test_chapters_load_the_data_with_the_excerpts_split_and_cap():
         assert ex is not None and int(m.group(3).replace("_", "")) == ex.max_tokens, (
             args
         )
+
+
+# --- student notebooks: the Colab notebooks without solutions, coding exercises as stubs ----
+
+STUDENT_NOTEBOOKS = {
+    md: colab.student_path(md, ROOT)
+    for md in colab.notebook_chapters(ROOT)
+    if "{exercise}" in md.read_text(encoding="utf-8")
+}
+
+
+def test_stub_source_replaces_the_solution_block():
+    src = (
+        "from attnbook import exercises\n\n\ndef f(x):\n"
+        '    """Doc."""\n    # BEGIN SOLUTION\n    y = 2 * x\n    return y\n'
+        '    # END SOLUTION\n\n\nexercises.check("ex-f", f)'
+    )
+    stub = colab.stub_source(src)
+    assert stub == (
+        "from attnbook import exercises\n\n\ndef f(x):\n"
+        '    """Doc."""\n    raise NotImplementedError("write your code here")\n\n\n'
+        'exercises.check("ex-f", f)'
+    )
+    top = "# BEGIN SOLUTION\n# STUB: answer = ...\nanswer = 4\n# END SOLUTION\ncheck(answer)"
+    assert colab.stub_source(top) == "answer = ...\ncheck(answer)"
+    for broken in ("# BEGIN SOLUTION\nx = 1", "x = 1\n# END SOLUTION"):
+        with pytest.raises(ValueError, match="SOLUTION"):
+            colab.stub_source(broken)
+
+
+def test_student_notebook_of_a_colab_notebook(tmp_path):
+    import nbformat
+
+    md = tmp_path / "book" / "part" / "ch.md"
+    md.parent.mkdir(parents=True)
+    md.write_text("---\nkernelspec: {}\n---\n# Ch\n")
+    cell = 'def f(x):\n    # BEGIN SOLUTION\n    return x\n    # END SOLUTION\n\n\ncheck("ex-f", f)'
+    raw = {
+        "metadata": {"title": "Ch"},
+        "cells": [
+            {
+                "cell_type": "markdown",
+                "source": "##  (Prove it (★, 5 min))Exercise 1.1\n\nProve.",
+            },
+            {
+                "cell_type": "markdown",
+                "source": "##  (Write f (★, 5 min))Exercise 1.2\n\nWrite f.",
+            },
+            {"cell_type": "markdown", "source": "## Summary"},
+            {
+                "cell_type": "markdown",
+                "source": "## Solution to[ Exercise 1.1 (Prove it)](#a)\n\nQED.",
+            },
+            {"cell_type": "code", "source": "assert True", "metadata": {}},
+            {
+                "cell_type": "markdown",
+                "source": "## Solution to[ Exercise 1.2 (Write f)](#b)\n\nSo.",
+            },
+            {"cell_type": "code", "source": cell, "metadata": {}},
+            {"cell_type": "code", "source": "f(1)", "metadata": {}},
+        ],
+    }
+    teacher = colab.postprocess(raw, "book/part/ch", md, REL)
+    assert any("return x" in c["source"] for c in teacher["cells"])  # solutions kept
+    nb = colab.student_notebook(teacher)
+    nbformat.validate(nbformat.from_dict(nb))
+    src = [c["source"] for c in nb["cells"]]
+    assert src[1].startswith("### Exercise 1.1 (Prove it")
+    assert src[2].startswith("### Exercise 1.2 (Write f")
+    assert (
+        src[3]
+        == 'def f(x):\n    raise NotImplementedError("write your code here")\n\n\ncheck("ex-f", f)'
+    )
+    assert src[4] == "## Summary" and len(src) == 5
+    assert nb["metadata"]["attnbook"]["edition"] == "student"
+    assert len({c["id"] for c in nb["cells"]}) == len(nb["cells"])
+
+
+def test_student_notebooks_hold_stubs_and_no_solutions():
+    import nbformat
+
+    from attnbook import exercises
+
+    assert STUDENT_NOTEBOOKS, "no chapter with exercises"
+    seen = set()
+    for md, path in STUDENT_NOTEBOOKS.items():
+        assert path.is_file(), f"{path} missing: run make student"
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        text = "\n".join(c["source"] for c in nb["cells"])
+        assert "## Solutions" not in text and "Solution to" not in text, path
+        assert colab.BEGIN_SOLUTION not in text, path
+        assert nb["cells"][0]["source"] == colab.install_cell_source(REL)
+        for label in re.findall(r":label: (ex-\S+)", md.read_text(encoding="utf-8")):
+            if label in exercises.CHECKERS:
+                stub = next(c for c in nb["cells"] if f'check("{label}"' in c["source"])
+                assert (
+                    stub["cell_type"] == "code"
+                    and "NotImplementedError" in stub["source"]
+                )
+                assert stub["source"].rstrip().endswith(")"), stub["source"]
+                seen.add(label)
+    assert seen == set(exercises.CHECKERS), "a checked exercise has no stub"
+
+
+def test_student_colab_url_pattern():
+    md = ROOT / "book" / "foundations" / "attention-maps.md"
+    assert colab.student_colab_url(md, REL, ROOT) == (
+        "https://colab.research.google.com/github/"
+        f"{REL.url.removeprefix('https://github.com/')}/blob/{REL.tag}/"
+        "notebooks/student/foundations/attention-maps.ipynb"
+    )

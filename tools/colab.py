@@ -9,14 +9,45 @@ Run as ``python -m tools.colab COMMAND`` from the repository root (the Makefile 
     solutions moved to a "Solutions" section at the end, Colab metadata, no outputs. The
     notebooks are written next to their sources (``book/<part>/<chapter>.ipynb``): the files
     the launch buttons open. The MyST ``.md`` stays the single source.
+    ``sync`` also writes the student notebooks (see ``student``).
+``student``
+    write the **student notebooks** (``make student``) from the current Colab notebooks:
+    ``notebooks/student/<part>/<chapter>.ipynb``, the same conversion with the solutions
+    removed and every coding exercise turned into a stub that ends with the call to its
+    checker. Colab opens them at
+    ``https://colab.research.google.com/github/<owner>/<repo>/blob/<tag>/notebooks/student/<part>/<chapter>.ipynb``
+    (:func:`student_colab_url`). They are committed, like the Colab notebooks.
 ``check``
-    fail if a notebook is missing, holds outputs, or was generated from another version of
-    its chapter or of the release settings (run ``make sync-notebooks``).
+    fail if a notebook (Colab or student) is missing, holds outputs, or was generated from
+    another version of its chapter or of the release settings (run ``make sync-notebooks``).
 ``install-cell``
     print the install cell.
 ``excerpts DIR``
     write the data excerpts (``attnbook.download``) from a local data folder into ``DIR``,
     for a publisher to upload as assets of the release.
+
+Stubs of coding exercises (the convention the student notebooks rely on). A coding exercise's
+solution has a code cell that defines the student's function and ends with its checker::
+
+    from attnbook import exercises
+
+
+    def l2_weights(q, k):
+        # BEGIN SOLUTION
+        shifted = 2 * q @ k.T - (k**2).sum(-1)
+        return torch.softmax(shifted, -1)
+        # END SOLUTION
+
+
+    exercises.check("ex-l2-weights", l2_weights)
+
+In the student notebook the lines from ``# BEGIN SOLUTION`` to ``# END SOLUTION`` become
+``raise NotImplementedError("write your code here")`` at the marker's indentation, or the lines
+``# STUB: <code>`` written inside the block (uncommented), when the stub needs something else
+(a block at the top level should say what to assign, e.g. ``# STUB: answer = ...``). The cell
+goes right after the exercise's statement; every other cell of the solution is dropped. The
+checker is ``attnbook.exercises.CHECKERS[<the exercise's label>]``; ``tests/test_exercises.py``
+runs every reference solution and every stub through it.
 
 The release settings are set once: the repository URL (``repository.url`` in ``_config.yml``),
 the published book (``html.baseurl``) and the package version (``attnbook.__version__``, which
@@ -51,6 +82,12 @@ __all__ = [
     "postprocess",
     "sync",
     "check",
+    "STUDENT_DIR",
+    "student_notebook",
+    "student_path",
+    "student_colab_url",
+    "stub_source",
+    "write_students",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +105,13 @@ INSTALL_ENV = "ATTNBOOK_INSTALL"
 COLAB_METADATA = {"accelerator": "GPU", "colab": {"provenance": [], "gpuType": "T4"}}
 
 LEDGER_CHAPTER = "reference/claims-ledger"
+
+#: where the student notebooks go: ``notebooks/student/<part>/<chapter>.ipynb``
+STUDENT_DIR = Path("notebooks") / "student"
+BEGIN_SOLUTION = "# BEGIN SOLUTION"
+END_SOLUTION = "# END SOLUTION"
+STUB_PREFIX = "# STUB:"
+STUB_DEFAULT = 'raise NotImplementedError("write your code here")'
 
 
 @dataclass(frozen=True)
@@ -157,7 +201,7 @@ def source_digest(md: Path, rel: Release) -> str:
 
 _LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)\s]+?)\.ipynb(#[^)\s]*)?\)")
 _CITE = re.compile(r"\[((?:\[[^\]]+\]\([^)]*bibliography\.html[^)]*\)(?:,\s*)?)+)\]")
-_EXERCISE = re.compile(r"^#+\s+\((.*)\)(Exercise \d+)\s*$", flags=re.M)
+_EXERCISE = re.compile(r"^#+\s+\((.*)\)(Exercise [\d.]+)\s*$", flags=re.M)
 _SOLUTION = re.compile(r"#+\s+Solution to\s*\[\s*(Exercise [^\]]*)\]\([^)]*\)[^\n]*\n?")
 _INLINE_MATH = re.compile(r"(?<![\$\\])\$ ([^$]+?) \$(?!\$)")
 
@@ -280,10 +324,7 @@ def postprocess(
             )
         )
         cells += solutions
-    for i, c in enumerate(cells):
-        # deterministic cell ids: regenerating an unchanged notebook changes nothing in git
-        digest = hashlib.sha1(c["source"].encode()).hexdigest()[:8]
-        c["id"] = f"c{i:03d}-{digest}"
+    _renumber(cells)
     return {
         "cells": cells,
         "metadata": {
@@ -304,6 +345,132 @@ def postprocess(
         "nbformat": 4,
         "nbformat_minor": 5,
     }
+
+
+# --- student notebooks ----------------------------------------------------------------------
+
+_EXERCISE_HEAD = re.compile(r"^###\s+(Exercise [\d.]+)\b")
+_SOLUTION_HEAD = re.compile(r"^###\s+Solution to\s+(Exercise [\d.]+)\b")
+
+
+def stub_source(src: str) -> str:
+    """A solution cell with each ``# BEGIN SOLUTION`` … ``# END SOLUTION`` block made a stub."""
+    out, block, indent = [], None, ""
+    for line in src.split("\n"):
+        text = line.strip()
+        if text == BEGIN_SOLUTION:
+            if block is not None:
+                raise ValueError(f"nested {BEGIN_SOLUTION} in:\n{src}")
+            block, indent = [], line[: len(line) - len(line.lstrip())]
+        elif text == END_SOLUTION:
+            if block is None:
+                raise ValueError(f"{END_SOLUTION} without {BEGIN_SOLUTION} in:\n{src}")
+            out += [indent + stub for stub in (block or [STUB_DEFAULT])]
+            block = None
+        elif block is not None:
+            if text.startswith(STUB_PREFIX):
+                block.append(text[len(STUB_PREFIX) :].strip())
+        else:
+            out.append(line)
+    if block is not None:
+        raise ValueError(f"{BEGIN_SOLUTION} without {END_SOLUTION} in:\n{src}")
+    return "\n".join(out)
+
+
+def _renumber(cells: list[dict]) -> list[dict]:
+    for i, c in enumerate(cells):
+        # deterministic cell ids: regenerating an unchanged notebook changes nothing in git
+        digest = hashlib.sha1(c["source"].encode()).hexdigest()[:8]
+        c["id"] = f"c{i:03d}-{digest}"
+    return cells
+
+
+def student_notebook(nb: dict) -> dict:
+    """The student edition of a Colab notebook: no solutions, coding exercises as stubs.
+
+    The stub of each solution cell holding ``# BEGIN SOLUTION`` goes right after the statement
+    of its exercise (see the module's docstring); the "Solutions" section is dropped.
+    """
+    nb = copy.deepcopy(nb)
+    cells = nb["cells"]
+    start = next(
+        (
+            i
+            for i, c in enumerate(cells)
+            if c["cell_type"] == "markdown" and c["source"].startswith("## Solutions")
+        ),
+        len(cells),
+    )
+    body, stubs, current = cells[:start], {}, None
+    for c in cells[start + 1 :]:
+        m = _SOLUTION_HEAD.match(c["source"]) if c["cell_type"] == "markdown" else None
+        if m:
+            current = m.group(1)
+        elif c["cell_type"] == "code" and BEGIN_SOLUTION in c["source"]:
+            stub = _new_cell("code", stub_source(c["source"]), "stub")
+            stubs.setdefault(current, []).append(stub)
+    out, placed = [], set()
+    for c in body:
+        c.setdefault("metadata", {})
+        if c["cell_type"] == "markdown":  # notebooks made before the heading fix
+            c["source"] = _EXERCISE.sub(
+                lambda m: f"### {m.group(2)} ({m.group(1)})\n", c["source"]
+            )
+        out.append(c)
+        m = _EXERCISE_HEAD.match(c["source"]) if c["cell_type"] == "markdown" else None
+        if m and m.group(1) in stubs:
+            out += stubs[m.group(1)]
+            placed.add(m.group(1))
+    if set(stubs) - placed:
+        raise ValueError(
+            f"stubs without an exercise heading: {sorted(set(stubs) - placed)}"
+        )
+    nb["cells"] = _renumber(out)
+    nb["metadata"]["attnbook"]["edition"] = "student"
+    return nb
+
+
+def student_path(md: Path, root: Path | None = None) -> Path:
+    """``book/<part>/<chapter>.md`` → ``notebooks/student/<part>/<chapter>.ipynb``."""
+    root = ROOT if root is None else Path(root)
+    rel = Path(md).resolve().relative_to((root / "book").resolve())
+    return root / STUDENT_DIR / rel.with_suffix(".ipynb")
+
+
+def student_colab_url(md: Path, rel: Release, root: Path | None = None) -> str:
+    """The Colab URL of a chapter's student notebook, at the release tag."""
+    root = ROOT if root is None else Path(root)
+    path = student_path(md, root).relative_to(root).as_posix()
+    repo = rel.url.removeprefix("https://github.com/")
+    return f"https://colab.research.google.com/github/{repo}/blob/{rel.tag}/{path}"
+
+
+def _has_exercises(md: Path) -> bool:
+    return "{exercise}" in Path(md).read_text(encoding="utf-8")
+
+
+def write_students(root: Path | None = None) -> list[Path]:
+    """Write the student notebook of every chapter with exercises from its Colab notebook."""
+    root = ROOT if root is None else Path(root)
+    rel = release(root)
+    written = []
+    for md in notebook_chapters(root):
+        if not _has_exercises(md):
+            continue
+        source = md.with_suffix(".ipynb")
+        nb = json.loads(source.read_text(encoding="utf-8"))
+        if nb.get("metadata", {}).get("attnbook", {}).get(
+            "source_digest"
+        ) != source_digest(md, rel):
+            raise RuntimeError(f"{source} is stale: run `make sync-notebooks` first")
+        target = student_path(md, root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(
+            json.dumps(student_notebook(nb), indent=1, ensure_ascii=False) + "\n",
+            encoding="utf-8",
+        )
+        written.append(target)
+    return written
 
 
 def _tojupyter_config(root: Path, out: Path) -> Path:
@@ -372,7 +539,7 @@ def sync(root: Path | None = None) -> list[Path]:
                 json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
             )
             written.append(target)
-    return written
+    return written + write_students(root)
 
 
 def check(root: Path | None = None) -> list[str]:
@@ -404,6 +571,28 @@ def check(root: Path | None = None) -> list[str]:
             problems.append(
                 f"{nb_path}: the first code cell is not the install cell {fix}"
             )
+        if _has_exercises(md):
+            problems += _check_student(md, rel, root)
+    return problems
+
+
+def _check_student(md: Path, rel: Release, root: Path) -> list[str]:
+    path = student_path(md, root)
+    fix = "(run `make student`)"
+    if not path.is_file():
+        return [f"{md}: no student notebook {path.relative_to(root)} {fix}"]
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    meta = nb.get("metadata", {}).get("attnbook", {})
+    problems = []
+    if (
+        meta.get("source_digest") != source_digest(md, rel)
+        or meta.get("edition") != "student"
+    ):
+        problems.append(f"{path}: stale, generated from another {md.name} {fix}")
+    if any(c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code"):
+        problems.append(f"{path}: holds outputs (the student notebook must be clean)")
+    if any(BEGIN_SOLUTION in c["source"] for c in nb["cells"]):
+        problems.append(f"{path}: holds a solution {fix}")
     return problems
 
 
@@ -414,12 +603,15 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "command", choices=["sync", "check", "install-cell", "excerpts"]
+        "command", choices=["sync", "student", "check", "install-cell", "excerpts"]
     )
     parser.add_argument("out", nargs="?", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.command == "sync":
         for p in sync():
+            print("wrote", os.path.relpath(p))
+    elif args.command == "student":
+        for p in write_students():
             print("wrote", os.path.relpath(p))
     elif args.command == "check":
         problems = check()

@@ -1,0 +1,42 @@
+"""Checkers for the book's coding exercises.
+
+Each coding exercise of a chapter has one checker, registered in :data:`CHECKERS` under the
+label of its ``exercise`` directive (``ex-l2-weights``…). A checker takes the student's answer
+(a function or a value). When the answer is wrong it raises :class:`AssertionError` with a
+message saying what was expected, on which input, and a hint; when it is right it prints one
+success line. An unfinished stub (``raise NotImplementedError``, ``...``, a body that returns
+``None``), ``None`` or an object of the wrong type get the same kind of message, never an
+unrelated traceback.
+
+In a chapter (and in its student notebook) an exercise ends with::
+
+    from attnbook import exercises
+
+    exercises.check("ex-l2-weights", l2_weights)
+
+One module per part registers its checkers when imported: :mod:`.foundations` now; a part
+adds ``focus.py``, ``copyhead.py`` or ``pde.py`` with :func:`~attnbook.exercises.core.checker`
+decorators and imports it below.
+"""
+
+from __future__ import annotations
+
+# one module per part: importing it registers its checkers
+from . import foundations  # noqa: E402,F401  (registers)
+from .core import CHECKERS, checker
+
+__all__ = ["CHECKERS", "check", "checker", "labels"]
+
+
+def labels() -> list[str]:
+    """The labels of every registered exercise, sorted."""
+    return sorted(CHECKERS)
+
+
+def check(label: str, answer) -> None:
+    """Run the checker of exercise ``label`` on ``answer`` (a function or a value)."""
+    if label not in CHECKERS:
+        raise KeyError(
+            f"no checker for exercise {label!r}; known exercises: {', '.join(labels())}"
+        )
+    CHECKERS[label](answer)
