@@ -19,6 +19,7 @@ __all__ = [
     "make_generator",
     "seed_everything",
     "resolve_generator",
+    "as_generator",
     "on_colab",
     "describe",
 ]
@@ -73,6 +74,15 @@ def resolve_generator(
             )
         return generator
     return make_generator(0 if seed is None else seed, device)
+
+
+def as_generator(seed=None, device: str | torch.device | None = "cpu"):
+    """The random-state convention of CONTRIBUTING.md: ``seed`` an ``int`` (a fresh generator
+    seeded with it), a ``torch.Generator`` (used as is) or ``None`` (returns ``None``: torch's
+    global generator, which ``setup_chapter`` seeds)."""
+    if seed is None or isinstance(seed, torch.Generator):
+        return seed
+    return make_generator(seed, device)
 
 
 def seed_everything(seed: int) -> None:
