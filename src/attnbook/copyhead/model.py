@@ -171,6 +171,8 @@ def _sq_error(params: dict, stats: CopyStats, kind: str) -> torch.Tensor:
             f"stats are for L={stats.seq_len}, V={stats.vocab_size}; params have "
             f"L={G.shape[-1]}, V={W.shape[-1]}"
         )
+    if stats.xx.dtype != G.dtype:
+        stats = stats.to(dtype=G.dtype)
     A = attention_matrix(G, b, kind=kind)
     HH, HY = data_terms(A, stats)
     # Σ‖W h − y‖² = Tr(W HᵀH Wᵀ) − 2 Tr(W HᵀY) + Σ‖y‖²

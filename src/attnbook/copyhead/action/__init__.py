@@ -84,8 +84,10 @@ from attnbook.copyhead.action.softmax import (
     softmax_copy_moments,
     softmax_critical_length,
     softmax_critical_p,
+    softmax_fold_window,
     softmax_order_parameters,
     softmax_saddle,
+    softmax_stationary_p,
 )
 
 __all__ = [
@@ -122,6 +124,8 @@ __all__ = [
     "softmax_saddle",
     "softmax_critical_length",
     "softmax_critical_p",
+    "softmax_stationary_p",
+    "softmax_fold_window",
     "softmax_coexistence",
     "softmax_copy_moments",
 ]

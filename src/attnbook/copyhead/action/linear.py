@@ -128,6 +128,7 @@ def linear_action(
     sigma_b: float = 1.0,
     fluctuations: bool = False,
     return_parts: bool = False,
+    transverse_tol: float = 1e-10,
 ):
     r"""Order-parameter action :math:`S(m, c_G)` of linear attention (batched, differentiable).
 
@@ -135,7 +136,8 @@ def linear_action(
     ``fluctuations=True``: transverse directions at their large-deviation optimum
     (:func:`transverse_optimum`, held fixed under autograd: by the envelope theorem the
     gradient is still exact; :func:`linear_saddle` builds exact Hessians by a Schur complement).
-    With ``return_parts`` also returns the statistics used.
+    With ``return_parts`` also returns the statistics used. ``transverse_tol`` is the relative
+    tolerance of the transverse fixed point (looser for coarse grid searches).
     """
     L = check_positive_int(seq_len, "seq_len", minimum=2)
     V = check_positive_int(vocab_size, "vocab_size", minimum=2)
@@ -153,6 +155,7 @@ def linear_action(
             kappa=kappa,
             sigma_w=sigma_w,
             sigma_g=sigma_g,
+            tol=transverse_tol,
         )
     else:
         rho = v = torch.zeros((), dtype=m.dtype, device=m.device)
@@ -224,7 +227,9 @@ def linear_saddle(
         ]
     )
     mm, cc = torch.meshgrid(m_grid, c_grid, indexing="ij")
-    S_grid = linear_action(mm[None], cc[None], n_sequences=P[:, None, None], **kw)
+    S_grid = linear_action(
+        mm[None], cc[None], n_sequences=P[:, None, None], transverse_tol=1e-5, **kw
+    )
     best = S_grid.reshape(len(P), -1).argmin(-1)
     x = torch.stack([mm.reshape(-1)[best], cc.reshape(-1)[best]], -1)  # (nP, 2)
 
@@ -371,7 +376,7 @@ def linear_crossover_p(
     fluctuations: bool = False,
     level: float = 0.5,
     p_range=(1.0, 1e9),
-    n_grid: int = 24,
+    n_grid: int = 16,
 ) -> float:
     """Sample size where the explained share of the non-constant target variance reaches ``level``.
 
@@ -390,7 +395,7 @@ def linear_crossover_p(
         fluctuations=fluctuations,
     )
     lo, hi = np.log(p_range[0]), np.log(p_range[1])
-    for _ in range(3):
+    for _ in range(2):
         logp = np.linspace(lo, hi, n_grid)
         expl = linear_saddle(np.exp(logp), **kw).explained
         above = np.nonzero(expl >= level)[0]

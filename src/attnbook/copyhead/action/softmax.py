@@ -29,6 +29,8 @@ __all__ = [
     "SoftmaxSaddle",
     "softmax_saddle",
     "softmax_critical_length",
+    "softmax_stationary_p",
+    "softmax_fold_window",
     "softmax_critical_p",
     "softmax_coexistence",
     "softmax_copy_moments",
@@ -156,13 +158,21 @@ def _softmax_minima(S: torch.Tensor, g: torch.Tensor, L: int):
     )
 
 
-def _softmax_gap(p: float, kw) -> float:
-    """S(unstructured minimum) − S(copy minimum) at P = p: negative below the transition,
-    positive above (±inf when one basin has no minimum)."""
-    g = logit_grid(kw["seq_len"])
-    S = softmax_action(g, n_sequences=p, **kw)
-    _, _, S_low, _, S_high = _softmax_minima(S, g, kw["seq_len"])
-    return float(S_low - S_high)
+def softmax_stationary_p(
+    g, *, seq_len: int, vocab_size: int, kappa=1.0, sigma_w=1.0, sigma_g=1.0
+) -> np.ndarray:
+    """For each logit ``g > 0``, the sample size at which ``g`` is a stationary point of the
+    action, ``∂_g S(g; P) = 0`` (the prior's slope balances the data's), by bisection in log P.
+
+    The curve ``P(g)`` is increasing below the critical length; from
+    :func:`softmax_critical_length` on it folds back, and between its local maximum and minimum
+    each ``P`` has three stationary points (two minima and the barrier)."""
+    L = check_positive_int(seq_len, "seq_len", minimum=2)
+    kw = dict(vocab_size=vocab_size, kappa=kappa, sigma_w=sigma_w, sigma_g=sigma_g)
+    g = as_tensor(g, "g", dtype=torch.float64)
+    if bool((g <= 0).any()):
+        raise ValueError("g must be positive (g = 0 is stationary at every P)")
+    return _stationary_p(L, kw, g).numpy()
 
 
 def _stationary_p(L: int, kw, g: torch.Tensor) -> torch.Tensor:
@@ -170,9 +180,6 @@ def _stationary_p(L: int, kw, g: torch.Tensor) -> torch.Tensor:
     action, ``∂_g S(g; P) = 0`` (the prior's slope balances the data's), by bisection in log P.
     """
     g = g.detach().requires_grad_(True)
-    (slope_prior,) = torch.autograd.grad(
-        softmax_action(g, n_sequences=0.0, seq_len=L, **kw).sum(), g
-    )
     lo = torch.full_like(g, -4.0)
     hi = torch.full_like(g, 30.0)
     for _ in range(60):
@@ -180,16 +187,34 @@ def _stationary_p(L: int, kw, g: torch.Tensor) -> torch.Tensor:
         S = softmax_action(g, n_sequences=torch.exp(mid), seq_len=L, **kw)
         (slope,) = torch.autograd.grad(S.sum(), g)
         lo, hi = torch.where(slope > 0, mid, lo), torch.where(slope > 0, hi, mid)
-    check_finite(slope_prior, "the prior's slope")
     return torch.exp((lo + hi) / 2).detach()
+
+
+def _fold(L: int, kw):
+    """``(P_lo, P_hi)`` of the fold of the stationary curve, or None when it is monotone."""
+    g = torch.linspace(1e-3, 2 * np.log(L) + 6, 4001, dtype=torch.float64)
+    Pg = _stationary_p(L, kw, g)
+    falling = torch.nonzero(torch.diff(Pg) < 0).flatten()
+    if len(falling) == 0:
+        return None
+    return float(Pg[falling[-1] + 1]), float(Pg[falling[0]])
 
 
 def _has_two_minima(L: int, kw) -> bool:
     """Whether two local minima coexist at some P: the stationary curve ``P(g)`` of
-    :func:`_stationary_p` folds back (decreases somewhere) exactly when, for the P of the fold,
-    ``∂_g S = 0`` has three roots (minimum, barrier, minimum)."""
-    g = torch.linspace(1e-3, 2 * np.log(L) + 6, 4001, dtype=torch.float64)
-    return bool((torch.diff(_stationary_p(L, kw, g)) < 0).any())
+    :func:`softmax_stationary_p` folds back (decreases somewhere) exactly when, for the P of the
+    fold, ``∂_g S = 0`` has three roots (minimum, barrier, minimum)."""
+    return _fold(L, kw) is not None
+
+
+def softmax_fold_window(
+    *, seq_len: int, vocab_size: int, kappa=1.0, sigma_w=1.0, sigma_g=1.0
+):
+    """The coexistence window ``(P_lo, P_hi)`` from the fold of the stationary curve (the P range
+    where two minima exist), or ``None`` below the critical length."""
+    L = check_positive_int(seq_len, "seq_len", minimum=2)
+    kw = dict(vocab_size=vocab_size, kappa=kappa, sigma_w=sigma_w, sigma_g=sigma_g)
+    return _fold(L, kw)
 
 
 @functools.cache
@@ -235,12 +260,13 @@ def softmax_critical_p(
     kappa: float = 1.0,
     sigma_w: float = 1.0,
     sigma_g: float = 1.0,
-    p_range=(1.0, 1e9),
 ) -> float:
     """First-order transition: the ``P`` where the copy basin's minimum becomes the global one.
 
-    Raises ``ValueError`` for ``seq_len`` below :func:`softmax_critical_length`: there the
-    action has a single minimum at every ``P`` and no transition exists.
+    Bisects the gap between the two minima inside the coexistence window of
+    :func:`softmax_fold_window`. Raises ``ValueError`` for ``seq_len`` below
+    :func:`softmax_critical_length`: there the action has a single minimum at every ``P`` and
+    no transition exists.
     """
     L = check_positive_int(seq_len, "seq_len", minimum=2)
     hyper = dict(kappa=kappa, sigma_w=sigma_w, sigma_g=sigma_g)
@@ -252,11 +278,20 @@ def softmax_critical_p(
             f"(a critical end point), so there is no first-order transition and no P*"
         )
     kw = dict(seq_len=L, vocab_size=vocab_size, **hyper)
+    P_lo, P_hi = softmax_fold_window(seq_len=L, vocab_size=vocab_size, **hyper)
 
     def gap(p):
-        return _softmax_gap(p, kw)
+        # inside the fold window both minima exist; where the grid resolves only one (at
+        # the window's ends) the side of the window decides the sign
+        g = logit_grid(L)
+        n_min, _, S_low, _, S_high = _softmax_minima(
+            softmax_action(g, n_sequences=p, **kw), g, L
+        )
+        if int(n_min) >= 2:
+            return float(S_low - S_high)
+        return -1.0 if p < np.sqrt(P_lo * P_hi) else 1.0
 
-    return bisect_log(gap, *p_range)
+    return bisect_log(gap, P_lo * (1 - 1e-12), P_hi * (1 + 1e-12))
 
 
 def softmax_coexistence(
