@@ -36,6 +36,7 @@ __all__ = [
     "SoftmaxHeads",
     "softmax_map_heads",
     "sgld_ensemble",
+    "copy_start",
     "group_mean",
     "level_crossing",
     "landau_onset",
@@ -140,6 +141,7 @@ def sgld_ensemble(
     n_steps: int = 2000,
     burn_in: int = 500,
     thin: int = 10,
+    init=None,
     seed=None,
 ) -> sgld.SGLDResult:
     """One SGLD chain per data set of ``stats`` on the exact marginal, all in one batched run.
@@ -150,11 +152,19 @@ def sgld_ensemble(
     eta = torch.clamp(step_scale / P, max=max_step)
     d = stats.seq_len**2 + (kind == "linear")
     gen = as_generator(seed)
-    init = _init(len(P), d, scale=init_scale, seed=gen)
+    if init is None:
+        init = _init(len(P), d, scale=init_scale, seed=gen)
     pot = marginal_potential(stats, kind=kind)
     return sgld.sample(
         pot, init, step_size=eta, n_steps=n_steps, burn_in=burn_in, thin=thin, seed=gen
     )
+
+
+def copy_start(n: int, seq_len: int, *, init_scale: float = 0.1, seed=None):
+    """Packed softmax scores near the copy head, ``G0 + ln L (S − J/L)`` (a hot start)."""
+    L = check_positive_int(seq_len, "seq_len", minimum=2)
+    G0 = _init(n, L * L, scale=init_scale, seed=seed).reshape(n, L, L)
+    return pack({"G": G0 + np.log(L) * (shift_matrix(L) - pooling_matrix(L))})
 
 
 def group_mean(values, groups, n_groups: int, keep=None) -> np.ndarray:
