@@ -69,7 +69,9 @@ def linear_map_heads(
     n = stats.n_sequences.shape[0] * check_positive_int(n_restarts, "n_restarts")
     L = stats.seq_len
     pot = marginal_potential(stats.repeat(n_restarts))
-    theta0 = _init(n, L * L + 1, scale=check_positive(init_scale, "init_scale"), seed=seed)
+    theta0 = _init(
+        n, L * L + 1, scale=check_positive(init_scale, "init_scale"), seed=seed
+    )
 
     def action(p):
         return pot(p["theta"])
