@@ -30,7 +30,7 @@ def bench_sgld(n_chains: int, n_steps: int, device) -> tuple[float, float]:
     L, V, P = 16, 4, 256
     X, Y = copy_task(P, L, V, seed=0, dtype=torch.float64, device=device)
     stats = copy_statistics(X, Y)
-    potential = A.marginal_potential(stats, activation="linear")
+    potential = A.marginal_potential(stats, kind="linear")
     init = torch.randn(
         n_chains,
         L * L + 1,
@@ -76,7 +76,10 @@ def bench_adam(n_models: int, n_steps: int, device) -> tuple[float, float]:
         n_models, L, V, g_scale=0.1, w_scale=0.1, seed=0, device=device
     )
     params.pop("b")
-    f = lambda p: loss(p, stats, activation="softmax")  # noqa: E731
+
+    def f(p):
+        return loss(p, stats, kind="softmax")
+
     t0 = time.perf_counter()
     train.adam(f, params, n_steps=n_steps, lr=0.02)
     batched = time.perf_counter() - t0
@@ -88,7 +91,7 @@ def bench_adam(n_models: int, n_steps: int, device) -> tuple[float, float]:
         opt = torch.optim.Adam(p.values(), lr=0.02)
         for _ in range(n_steps):
             opt.zero_grad()
-            loss(p, st, activation="softmax").sum().backward()
+            loss(p, st, kind="softmax").sum().backward()
             opt.step()
     looped = time.perf_counter() - t0
     return batched, looped

@@ -13,6 +13,7 @@ from attnbook.copyhead import (
     pooling_matrix,
     shift_matrix,
 )
+from attnbook.copyhead.action import linear as linear_mod
 
 torch.set_num_threads(1)
 dt = torch.float64
@@ -144,7 +145,7 @@ def test_linear_order_parameter_reduction():
         A.exact_action(
             L * Am,
             expected_statistics(P, L, V, dtype=dt),
-            activation="linear",
+            kind="linear",
             kappa=1.1,
             sigma_w=0.9,
             sigma_g=1.3,
@@ -173,7 +174,9 @@ def test_linear_onset_sympy_numeric_and_sign_change():
     assert max(float(r.subs(sub)) for r in roots) == pytest.approx(p_on, rel=1e-10)
     kw = dict(hyper, fluctuations=False)
     assert (
-        A._pooling_curvature(0.9 * p_on, kw) > 0 > A._pooling_curvature(1.1 * p_on, kw)
+        A.pooling_curvature(0.9 * p_on, **kw)
+        > 0
+        > A.pooling_curvature(1.1 * p_on, **kw)
     )
     # large L: κV²[1 + √(1 + 4/(σ_w²σ_m²V²))]/2 (the brief's 16.94 at V = 4)
     assert A.linear_onset_p(seq_len=4096, vocab_size=4) == pytest.approx(
@@ -205,7 +208,7 @@ def test_linear_saddle_is_a_minimum_and_transverse_optimum_is_stationary():
     m, c = torch.tensor([0.3, 0.5], dtype=dt), torch.tensor([0.01, 0.1], dtype=dt)
     rho, v = A.transverse_optimum(m, c, n_sequences=P, seq_len=8, vocab_size=4)
     z = torch.stack([m, c, rho, v], -1).requires_grad_(True)
-    S = A._linear_full(
+    S = linear_mod._linear_full(
         z[:, 0], z[:, 1], z[:, 2], z[:, 3], P, 8, 4, 1.0, 1.0, 1.0, 1.0, True
     )[0]
     (g,) = torch.autograd.grad(S.sum(), z)
@@ -237,9 +240,7 @@ def test_softmax_order_parameters_and_action():
     S = A.softmax_action(
         torch.tensor(g, dtype=dt), n_sequences=P, seq_len=L, vocab_size=4
     )
-    exact = A.exact_action(
-        G, expected_statistics(P, L, 4, dtype=dt), activation="softmax"
-    )
+    exact = A.exact_action(G, expected_statistics(P, L, 4, dtype=dt), kind="softmax")
     assert float(S) == pytest.approx(float(exact), rel=1e-10)
 
 
@@ -259,10 +260,8 @@ def test_softmax_first_order_transition():
 def test_validation_of_action_arguments():
     with pytest.raises(ValueError, match="kappa"):
         A.data_action(0.1, 0.1, 0.1, 0.1, n_sequences=10, vocab_size=3, kappa=-1)
-    with pytest.raises(ValueError, match="activation"):
-        A.exact_action(
-            torch.zeros(4, 4), expected_statistics(10.0, 4, 3), activation="tanh"
-        )
+    with pytest.raises(ValueError, match="kind"):
+        A.exact_action(torch.zeros(4, 4), expected_statistics(10.0, 4, 3), kind="tanh")
     with pytest.raises(ValueError, match="L="):
         A.exact_data_action(torch.zeros(5, 5), expected_statistics(10.0, 4, 3))
     with pytest.raises(ValueError, match="level"):

@@ -99,26 +99,26 @@ def test_copy_task_shapes_reproducible_and_validated():
         copy_task(3, 4, 0)
 
 
-@pytest.mark.parametrize("activation", ["linear", "softmax"])
-def test_loss_from_statistics_equals_literal_network(activation):
+@pytest.mark.parametrize("kind", ["linear", "softmax"])
+def test_loss_from_statistics_equals_literal_network(kind):
     L, V, P = 5, 3, 40
     params = init_params(4, L, V, b_scale=0.5, seed=1, dtype=torch.float64)
     X, Y = copy_task(P, L, V, batch_shape=(4,), seed=2, dtype=torch.float64)
-    f = forward(params, X, activation=activation)
+    f = forward(params, X, kind=kind)
     literal = ((f - Y) ** 2).sum((1, 2, 3)) / (2 * 0.7 * L)
-    fast = loss(params, copy_statistics(X, Y), activation=activation, kappa=0.7)
+    fast = loss(params, copy_statistics(X, Y), kind=kind, kappa=0.7)
     assert torch.allclose(fast, literal, rtol=1e-10)
     # shared data set for all models (X of shape (P, L, V))
-    f1 = forward(params, X[0], activation=activation)
+    f1 = forward(params, X[0], kind=kind)
     assert torch.allclose(
         f1[1],
-        forward({k: v[1:2] for k, v in params.items()}, X[0], activation=activation)[0],
+        forward({k: v[1:2] for k, v in params.items()}, X[0], kind=kind)[0],
     )
 
 
 def test_attention_matrix_and_simple_networks():
     G = torch.randn(3, 6, 6, dtype=torch.float64)
-    A = attention_matrix(G, activation="softmax")
+    A = attention_matrix(G, kind="softmax")
     assert torch.allclose(A.sum(-1), torch.ones(3, 6, dtype=torch.float64))
     b = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
     assert torch.allclose(attention_matrix(G, b), (G + b[:, None, None]) / 6)
@@ -135,8 +135,8 @@ def test_attention_matrix_and_simple_networks():
     }
     assert float(token_mse(copy, st)) == pytest.approx(0.0, abs=1e-12)
     assert float(prior_energy(copy, sigma_g=2.0)) == pytest.approx(36 * 6 / 8 + 4 / 2)
-    with pytest.raises(ValueError, match="activation"):
-        attention_matrix(G, activation="relu")
+    with pytest.raises(ValueError, match="kind"):
+        attention_matrix(G, kind="relu")
     with pytest.raises(TypeError, match="params"):
         loss({"G": G}, st)
     with pytest.raises(ValueError, match="b"):

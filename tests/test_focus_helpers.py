@@ -14,8 +14,8 @@ from attnbook import (
     focus,  # noqa: E402
 )
 from attnbook.focus import metrics, plots, theory  # noqa: E402
+from attnbook.device import as_generator  # noqa: E402
 from attnbook.markov import (  # noqa: E402
-    as_generator,
     perturbed_chain,
     sample_sequences,
     stationary,

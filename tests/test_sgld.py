@@ -148,3 +148,74 @@ def test_rhat_and_ess_on_known_draws():
     assert torch.all(sgld.split_rhat(shifted) > 1.5)
     with pytest.raises(ValueError, match="samples"):
         sgld.split_rhat(torch.zeros(3, 2))
+
+
+def test_potential_is_recorded_for_the_kept_state():
+    def pot(theta):
+        return 0.5 * (theta**2).sum(-1)
+
+    res = sgld.sample(
+        pot,
+        torch.ones(3, 2, dtype=torch.float64),
+        step_size=0.1,
+        n_steps=30,
+        burn_in=5,
+        thin=5,
+        seed=0,
+    )
+    expected = 0.5 * (res.samples**2).sum(-1)
+    assert torch.allclose(res.diagnostics["potential"], expected, rtol=1e-14)
+    assert res.diagnostics["steps"].tolist() == [5, 10, 15, 20, 25]
+    assert res.diagnostics["wall_s"] > 0
+
+
+def test_sampler_diverged_is_the_shared_exception_with_partial_samples():
+    from attnbook.errors import DivergenceError, SamplerDiverged
+
+    assert sgld.SGLDDivergence is SamplerDiverged
+
+    def pot(theta):
+        return (theta**4).sum(-1)
+
+    with pytest.raises(SamplerDiverged) as info:
+        sgld.sample(
+            pot,
+            torch.full((2, 1), 0.5, dtype=torch.float64),
+            step_size=1.5,
+            n_steps=200,
+            seed=0,
+        )
+    assert isinstance(info.value, DivergenceError) and info.value.time is not None
+    assert info.value.partial is not None
+
+
+def test_seed_accepts_a_generator_and_none_uses_the_global_generator():
+    def pot(theta):
+        return 0.5 * (theta**2).sum(-1)
+
+    x0 = torch.zeros(2, 1, dtype=torch.float64)
+    a = sgld.sample(
+        pot, x0, step_size=0.1, n_steps=5, seed=torch.Generator().manual_seed(4)
+    )
+    b = sgld.sample(pot, x0, step_size=0.1, n_steps=5, seed=4)
+    assert torch.equal(a.samples, b.samples)
+    torch.manual_seed(1)
+    c = sgld.sample(pot, x0, step_size=0.1, n_steps=5)
+    torch.manual_seed(1)
+    d = sgld.sample(pot, x0, step_size=0.1, n_steps=5)
+    assert torch.equal(c.samples, d.samples)
+
+
+def test_rank_normalized_rhat_flags_shifted_and_rescaled_chains():
+    g = torch.Generator().manual_seed(0)
+    iid = torch.randn(500, 4, 1, generator=g, dtype=torch.float64)
+    assert float(sgld.rank_normalized_rhat(iid).max()) < 1.02
+    shifted = iid.clone()
+    shifted[:, 0] += 2.0
+    scaled = iid.clone()
+    scaled[:, 0] *= 5.0  # same location, different scale: the folded part catches it
+    assert float(sgld.rank_normalized_rhat(shifted).max()) > 1.2
+    assert float(sgld.rank_normalized_rhat(scaled).max()) > 1.1
+    assert float(sgld.split_rhat(scaled).max()) < float(
+        sgld.rank_normalized_rhat(scaled).max()
+    )

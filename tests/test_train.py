@@ -130,3 +130,28 @@ def test_reached_minimum_filter():
     assert "4/6" in f.summary()
     with pytest.raises(ValueError, match="groups"):
         train.reached_minimum(vals, groups[:3])
+
+
+def test_training_diverged_is_the_shared_exception_with_partial():
+    from attnbook.errors import DivergenceError
+    from attnbook.errors import TrainingDiverged as Shared
+
+    assert train.TrainingDiverged is Shared
+
+    def loss(p):
+        return torch.exp(p["w"] * 1e3).sum(-1)
+
+    with pytest.raises(Shared) as info:
+        train.adam(
+            loss, {"w": torch.ones(2, 1, dtype=torch.float64)}, n_steps=5, lr=1.0
+        )
+    assert isinstance(info.value, DivergenceError)
+    assert info.value.partial is not None and "w" in info.value.partial
+
+
+def test_history_reports_wall_s_and_the_old_name():
+    def loss(p):
+        return (p["w"] ** 2).sum(-1)
+
+    h = train.adam(loss, {"w": torch.ones(2, 1, dtype=torch.float64)}, n_steps=3)
+    assert h.wall_s > 0 and h.seconds == h.wall_s

@@ -23,6 +23,7 @@ __all__ = [
     "seed_everything",
     "resolve_generator",
     "global_generator",
+    "as_generator",
     "on_colab",
     "describe",
 ]
@@ -107,6 +108,16 @@ def resolve_generator(
     if seed is None:
         return global_generator(device)
     return make_generator(seed, device)
+
+
+def as_generator(seed=None, device: str | torch.device | None = "cpu"):
+    """The random-state convention of CONTRIBUTING.md, for torch calls that take
+    ``generator=``: ``seed`` an ``int`` (a fresh generator on ``device`` seeded with it), a
+    ``torch.Generator`` (used as is) or ``None`` (returns ``None``, so torch draws from its
+    global generator, which ``setup_chapter`` seeds; never silently 0)."""
+    if seed is None or isinstance(seed, torch.Generator):
+        return seed
+    return make_generator(seed, device if device is not None else "cpu")
 
 
 def seed_everything(seed: int) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from . import linalg
-from .device import make_generator
+from .device import as_generator
 from .validation import (
     as_tensor,
     check_finite,
@@ -36,7 +36,6 @@ from .validation import (
 )
 
 __all__ = [
-    "as_generator",
     "as_probability_vector",
     "as_stochastic_matrix",
     "lazy_chain",
@@ -48,17 +47,6 @@ __all__ = [
     "entropy",
     "estimate_chain",
 ]
-
-
-def as_generator(seed, device=None) -> torch.Generator | None:
-    """The random state of the book's convention: ``seed`` is an ``int`` (a fresh generator
-    on ``device`` seeded with it), a ``torch.Generator`` (used as it is) or ``None`` (torch's
-    global generator, returned as ``None`` so that torch draws from it; never silently 0)."""
-    if seed is None:
-        return None
-    if isinstance(seed, torch.Generator):
-        return seed
-    return make_generator(seed, device if device is not None else "cpu")
 
 
 def _as_float64(x, name):

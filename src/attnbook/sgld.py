@@ -13,8 +13,14 @@ gradient (chains do not interact). The discretisation bias is :math:`O(\eta)`: s
 to check it (the tests do).
 
 Diagnostics follow Vehtari et al. (2021): split :math:`\hat R` (within- vs between-chain variance
-of half-chains, ≈ 1 when the chains agree) and the effective sample size from the multi-chain
-autocorrelation with Geyer's initial-positive-sequence truncation.
+of half-chains, ≈ 1 when the chains agree), its rank-normalised and folded version
+(:func:`rank_normalized_rhat`, robust to heavy tails and to chains that differ in scale) and the
+effective sample size from the multi-chain autocorrelation with Geyer's initial-positive-sequence
+truncation. Compute them on observables that respect the posterior's symmetries (e.g. ``|m|``
+rather than ``m`` when the posterior is even), and over chains that sample the *same* target.
+
+The bookkeeping pairs each kept state with its own potential: the sample at step ``t`` is
+:math:`\theta_t` (after ``t`` updates) and ``potential[k]`` is :math:`U(\theta_t)`.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from typing import NamedTuple
 
 import torch
 
-from attnbook.device import resolve_generator
+from attnbook.device import as_generator
+from attnbook.errors import SamplerDiverged
 from attnbook.validation import (
     as_tensor,
     check_finite,
@@ -37,20 +44,23 @@ from attnbook.validation import (
 __all__ = [
     "sample",
     "SGLDResult",
+    "SamplerDiverged",
     "SGLDDivergence",
     "split_rhat",
+    "rank_normalized_rhat",
     "effective_sample_size",
 ]
 
 
-class SGLDDivergence(FloatingPointError):
-    """A chain produced non-finite values (the step size is too large for the potential)."""
+#: Former name of :class:`attnbook.errors.SamplerDiverged` (kept for old code).
+SGLDDivergence = SamplerDiverged
 
 
 class SGLDResult(NamedTuple):
     """``(samples, diagnostics)``: kept samples ``(n_kept, n_chains, ...)`` and a dict with
     ``rhat`` and ``ess`` (per coordinate), ``max_rhat``, ``min_ess``, ``potential``
-    ``(n_kept, n_chains)``, ``steps`` (the step index of each kept sample) and ``seconds``."""
+    ``(n_kept, n_chains)`` (``U`` of each kept sample), ``steps`` (the number of updates before
+    each kept sample) and ``wall_s`` (also under the old key ``seconds``)."""
 
     samples: torch.Tensor
     diagnostics: dict
@@ -78,8 +88,8 @@ def sample(
     n_steps: int,
     burn_in: int = 0,
     thin: int = 1,
+    seed=None,
     generator: torch.Generator | None = None,
-    seed: int | None = None,
     minibatch: Callable | None = None,
     progress: bool = False,
 ) -> SGLDResult:
@@ -97,9 +107,12 @@ def sample(
     step_size:
         The step ``η`` (a number, or one per chain, shape ``(n_chains,)``).
     n_steps, burn_in, thin:
-        Total steps; the first ``burn_in`` are discarded and every ``thin``-th after is kept.
-    generator, seed:
-        Randomness of the noise (and of ``minibatch``): same seed, same chains on the CPU.
+        Total steps; the states ``θ_t`` with ``t < burn_in`` are discarded and every
+        ``thin``-th after is kept.
+    seed:
+        Randomness of the noise (and of ``minibatch``): an int, a ``torch.Generator`` or
+        ``None`` (torch's global generator). ``generator=`` is the older spelling of a
+        generator seed.
     minibatch:
         ``minibatch(step, generator) -> batch`` draws the data of one step.
     progress:
@@ -112,8 +125,9 @@ def sample(
 
     Raises
     ------
-    SGLDDivergence
-        When any chain becomes non-finite; the message names the chains and the step.
+    attnbook.errors.SamplerDiverged
+        When any chain becomes non-finite; the message names the chains and the step, and
+        ``partial`` holds the samples kept before.
     """
     if not callable(potential):
         raise TypeError(f"potential must be callable, got {type(potential).__name__}")
@@ -136,7 +150,11 @@ def sample(
     n_kept = (n_steps - burn_in) // thin
     if n_kept < 1:
         raise ValueError("no samples kept: increase n_steps or reduce burn_in/thin")
-    gen = resolve_generator(seed, generator, device=theta.device)
+    if generator is not None:
+        if seed is not None:
+            raise ValueError("give either seed or generator, not both")
+        seed = generator
+    gen = as_generator(seed, device=theta.device)
     eta = _step_tensor(step_size, n_chains, theta)
     noise_scale = torch.sqrt(eta)
 
@@ -164,34 +182,37 @@ def sample(
             )
         (grad,) = torch.autograd.grad(U.sum(), theta)
         with torch.no_grad():
-            theta = (
-                theta
-                - 0.5 * eta * grad
-                + noise_scale
-                * torch.randn(
-                    theta.shape, generator=gen, dtype=theta.dtype, device=theta.device
-                )
-            )
-            bad = ~torch.isfinite(theta.reshape(n_chains, -1)).all(
+            theta = theta.detach()
+            bad = ~torch.isfinite(theta.reshape(n_chains, -1)).all(-1)
+            bad |= ~torch.isfinite(U) | ~torch.isfinite(grad.reshape(n_chains, -1)).all(
                 -1
-            ) | ~torch.isfinite(U.detach())
+            )
             if bool(bad.any()):
                 chains = bad.nonzero().flatten().tolist()
-                raise SGLDDivergence(
-                    f"SGLD diverged at step {t}: chain(s) {chains[:10]}{'…' if len(chains) > 10 else ''} "
-                    f"became non-finite (step_size max {float(eta.max()):.3g}); try a smaller step_size"
+                raise SamplerDiverged(
+                    f"SGLD diverged at step {t}: chain(s) {chains[:10]}"
+                    f"{'…' if len(chains) > 10 else ''} became non-finite (step_size max "
+                    f"{float(eta.max()):.3g}); try a smaller step_size",
+                    time=t,
+                    partial=samples[:k].clone(),
+                    times=steps[:k].clone(),
                 )
             if t >= burn_in and (t - burn_in) % thin == 0 and k < n_kept:
-                samples[k] = theta
+                samples[k] = theta  # θ_t, paired with U(θ_t)
                 energies[k] = U.detach()
                 steps[k] = t
                 k += 1
-    seconds = time.perf_counter() - t0
+            noise = torch.randn(
+                theta.shape, generator=gen, dtype=theta.dtype, device=theta.device
+            )
+            theta = theta - 0.5 * eta * grad + noise_scale * noise
+    wall_s = time.perf_counter() - t0
     diagnostics = {
         "potential": energies,
         "steps": steps,
-        "seconds": seconds,
-        "steps_per_second": n_steps / seconds if seconds > 0 else math.inf,
+        "wall_s": wall_s,
+        "seconds": wall_s,
+        "steps_per_second": n_steps / wall_s if wall_s > 0 else math.inf,
     }
     if n_kept >= 4:
         rhat = split_rhat(samples)
@@ -232,6 +253,32 @@ def split_rhat(samples) -> torch.Tensor:
     var_plus = (n - 1) / n * W + B_over_n
     return torch.sqrt(
         var_plus / torch.where(W > 0, W, torch.full_like(W, torch.finfo(W.dtype).tiny))
+    )
+
+
+def _rank_normalize(x: torch.Tensor) -> torch.Tensor:
+    """Normal scores of the pooled ranks (Blom's offset), per coordinate, ties averaged."""
+    n, m = x.shape[0], x.shape[1]
+    flat = x.reshape(n * m, -1)
+    order = flat.argsort(0)
+    ranks = torch.empty_like(flat)
+    ar = torch.arange(1, n * m + 1, dtype=flat.dtype, device=flat.device)
+    ranks.scatter_(0, order, ar[:, None].expand_as(flat).contiguous())
+    p = (ranks - 0.375) / (n * m + 0.25)
+    z = torch.special.ndtri(p)
+    return z.reshape(x.shape)
+
+
+def rank_normalized_rhat(samples) -> torch.Tensor:
+    r"""Rank-normalised split-:math:`\hat R` (Vehtari et al. 2021), per coordinate of
+    ``samples (n_draws, n_chains, ...)``: the larger of the split-:math:`\hat R` of the
+    rank-normalised draws (location) and of the rank-normalised folded draws
+    :math:`|x - \mathrm{median}|` (scale). ≈ 1 when the chains agree; the usual threshold
+    is 1.01."""
+    x = _as_draws(samples)
+    folded = (x - x.reshape(-1, *x.shape[2:]).median(0).values).abs()
+    return torch.maximum(
+        split_rhat(_rank_normalize(x)), split_rhat(_rank_normalize(folded))
     )
 
 

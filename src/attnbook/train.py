@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from attnbook.errors import TrainingDiverged
 from attnbook.validation import (
     as_tensor,
     check_choice,
@@ -43,13 +44,10 @@ __all__ = [
 ]
 
 
-class TrainingDiverged(FloatingPointError):
-    """A network's loss or parameters became non-finite."""
-
-
 @dataclass
 class TrainHistory:
-    """What :func:`adam` returns. ``loss[i, n]`` is network ``n``'s loss at ``steps[i]``."""
+    """What :func:`adam` returns. ``loss[i, n]`` is network ``n``'s loss at ``steps[i]``;
+    ``wall_s`` the wall-clock seconds (``seconds`` is its old name, kept as a property)."""
 
     params: dict
     steps: np.ndarray
@@ -58,10 +56,15 @@ class TrainHistory:
     diverged: (
         np.ndarray
     )  #: networks frozen after a non-finite loss (``on_divergence="freeze"``)
-    seconds: float
+    wall_s: float
     extra: dict = field(
         default_factory=dict
     )  #: recorded ``monitor`` values, each ``(n_records, n_models, ...)``
+
+    @property
+    def seconds(self) -> float:
+        """Old name of :attr:`wall_s`."""
+        return self.wall_s
 
 
 def _lr_tensor(lr, n_models: int, like: torch.Tensor) -> torch.Tensor:
@@ -97,7 +100,8 @@ def adam(
     record_every:
         Record the losses (and ``monitor(params)``, a dict of per-model tensors) every so many steps.
     on_divergence:
-        ``"raise"`` (default) raises :class:`TrainingDiverged`; ``"freeze"`` stops updating the
+        ``"raise"`` (default) raises :class:`attnbook.errors.TrainingDiverged` (``partial``: the
+        parameters before the failing step, ``time``: the step); ``"freeze"`` stops updating the
         diverged networks, keeps their last finite parameters and reports them in ``diverged``.
     """
     if not callable(loss_fn):
@@ -170,7 +174,9 @@ def adam(
                     bad = newly_bad.nonzero().flatten().tolist()
                     raise TrainingDiverged(
                         f"loss or gradient of network(s) {bad[:10]} became non-finite "
-                        f"at step {step}; lower lr or check the initialisation"
+                        f"at step {step}; lower lr or check the initialisation",
+                        time=step,
+                        partial={k: v.detach().clone() for k, v in theta.items()},
                     )
                 alive &= finite
             if (step - 1) % record_every == 0 or step == n_steps:
@@ -208,7 +214,7 @@ def adam(
         loss=torch.stack(rec_loss).numpy(),
         final_loss=final.cpu().numpy(),
         diverged=(~alive).cpu().numpy(),
-        seconds=time.perf_counter() - t0,
+        wall_s=time.perf_counter() - t0,
         extra={k: torch.stack(v).numpy() for k, v in rec_extra.items()},
     )
 

@@ -4,10 +4,12 @@
 * :mod:`~attnbook.copyhead.model` — one softmax / linear attention head (model E*),
 * :mod:`~attnbook.copyhead.action` — the effective action of the attention matrix (SymPy
   derivation, exact evidence, order-parameter reduction, minimisers, critical sample sizes),
-* :mod:`~attnbook.copyhead.order` — the order parameters ``(c1, cG)`` and coverage.
+* :mod:`~attnbook.copyhead.order` — the order parameters ``(c1, cG)`` and coverage,
+* :mod:`~attnbook.copyhead.plots` — the part's figures.
 """
 
 from attnbook.copyhead import action
+from attnbook.copyhead.action import softmax_critical_length
 from attnbook.copyhead.model import (
     attention_matrix,
     forward,
@@ -29,6 +31,7 @@ from attnbook.copyhead.task import (
     copy_statistics,
     copy_task,
     expected_statistics,
+    nested_statistics,
 )
 
 __all__ = [
@@ -42,6 +45,8 @@ __all__ = [
     "copy_statistics",
     "expected_statistics",
     "CopyStats",
+    "nested_statistics",
+    "softmax_critical_length",
     "attention_matrix",
     "forward",
     "init_params",

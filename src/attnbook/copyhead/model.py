@@ -26,20 +26,22 @@ makes its cost independent of :math:`P`; :func:`forward` is the literal per-sequ
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
+from attnbook.attention import attention_weights, resolve_kind
 from attnbook.copyhead.task import CopyStats
-from attnbook.device import resolve_generator
+from attnbook.device import as_generator
 from attnbook.validation import (
     as_tensor,
-    check_choice,
     check_positive,
     check_positive_int,
     check_square,
 )
 
 __all__ = [
-    "ACTIVATIONS",
+    "KINDS",
+    "resolve_copy_kind",
     "attention_matrix",
     "init_params",
     "forward",
@@ -49,25 +51,37 @@ __all__ = [
     "prior_energy",
 ]
 
-ACTIVATIONS = ("linear", "softmax")
+#: The attention kinds of the copy head (names resolved by :func:`attnbook.attention.resolve_kind`).
+KINDS = ("linear", "softmax")
 
 
-def attention_matrix(G, b=None, *, activation: str = "linear") -> torch.Tensor:
-    """The attention matrix ``A`` from scores ``G (..., L, L)`` (and bias ``b (...)`` for linear)."""
-    check_choice(activation, "activation", ACTIVATIONS)
+def resolve_copy_kind(kind) -> str:
+    """The canonical copy-head ``kind`` (``"linear"`` or ``"softmax"``), aliases resolved."""
+    return resolve_kind(kind, allowed=KINDS)
+
+
+def attention_matrix(G, b=None, *, kind: str = "linear") -> torch.Tensor:
+    """The attention matrix ``A`` from scores ``G (..., L, L)`` (and bias ``b (...)`` for linear).
+
+    The scores are the logits of :func:`attnbook.attention.attention_weights` with one-hot
+    positional keys (so the score matrix is ``G`` itself): softmax is ``rowsoftmax(G)``, linear
+    attention ``(G + b J)/L`` (the mean-field ``1/n`` of the shared map). NumPy in, NumPy out.
+    """
+    kind = resolve_copy_kind(kind)
+    is_numpy = isinstance(G, np.ndarray)
     G = as_tensor(G, "G")
     check_square(G, "G")
-    L = G.shape[-1]
-    if activation == "softmax":
-        return torch.softmax(G, dim=-1)
-    if b is None:
-        return G / L
-    b = as_tensor(b, "b", dtype=G.dtype, device=G.device)
-    if b.shape != G.shape[:-2]:
-        raise ValueError(
-            f"b must have the batch shape of G {tuple(G.shape[:-2])}, got {tuple(b.shape)}"
-        )
-    return (G + b[..., None, None]) / L
+    if b is not None and kind == "linear":
+        b = as_tensor(b, "b", dtype=G.dtype, device=G.device)
+        if b.shape != G.shape[:-2]:
+            raise ValueError(
+                f"b must have the batch shape of G {tuple(G.shape[:-2])}, "
+                f"got {tuple(b.shape)}"
+            )
+        G = G + b[..., None, None]
+    keys = torch.eye(G.shape[-1], dtype=G.dtype, device=G.device)
+    A = attention_weights(G, keys, kind=kind)
+    return A.numpy() if is_numpy else A
 
 
 def init_params(
@@ -78,20 +92,23 @@ def init_params(
     g_scale: float = 1.0,
     w_scale: float = 1.0,
     b_scale: float = 0.0,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
+    seed=None,
     dtype: torch.dtype | None = None,
     device=None,
 ) -> dict:
     """Gaussian initial weights for ``n_models`` networks: ``G ~ N(0, g_scale²)``,
-    ``W ~ N(0, w_scale²)``, ``b ~ N(0, b_scale²)`` (scales 0 give zeros)."""
+    ``W ~ N(0, w_scale²)``, ``b ~ N(0, b_scale²)`` (scales 0 give zeros).
+
+    ``seed``: an int, a ``torch.Generator`` or ``None`` (torch's global generator); drawn on
+    the CPU, so a seed gives the same weights on every machine. ``dtype`` defaults to float64.
+    """
     n = check_positive_int(n_models, "n_models")
     L = check_positive_int(seq_len, "seq_len", minimum=2)
     V = check_positive_int(vocab_size, "vocab_size", minimum=2)
     for val, name in ((g_scale, "g_scale"), (w_scale, "w_scale"), (b_scale, "b_scale")):
         check_positive(val, name, allow_zero=True)
-    dt = dtype or torch.get_default_dtype()
-    gen = resolve_generator(seed, generator, device="cpu")
+    dt = dtype or torch.float64
+    gen = as_generator(seed)
     G = g_scale * torch.randn(n, L, L, generator=gen, dtype=dt)
     W = w_scale * torch.randn(n, V, V, generator=gen, dtype=dt)
     b = b_scale * torch.randn(n, generator=gen, dtype=dt)
@@ -120,7 +137,7 @@ def _check_params(params: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     return G, W, b
 
 
-def forward(params: dict, X, *, activation: str = "linear") -> torch.Tensor:
+def forward(params: dict, X, *, kind: str = "linear") -> torch.Tensor:
     """Literal network output ``f[n, μ, l] = W_n Σ_l' A_n[l, l'] x_μl'``, shape ``(n, P, L, V)``.
 
     ``X`` is ``(P, L, V)`` (shared by all models) or ``(n, P, L, V)`` (one data set per model).
@@ -133,7 +150,7 @@ def forward(params: dict, X, *, activation: str = "linear") -> torch.Tensor:
         raise ValueError(
             f"X must be (P, L={G.shape[-1]}, V={W.shape[-1]}) or (n, P, L, V), got {tuple(X.shape)}"
         )
-    A = attention_matrix(G, b, activation=activation)
+    A = attention_matrix(G, b, kind=kind)
     H = torch.einsum("nla,npai->npli", A, X)  # attended features h_{μl}
     return torch.einsum("nvi,npli->nplv", W, H)  # readout f_{μl} = W h_{μl}
 
@@ -147,14 +164,16 @@ def data_terms(A: torch.Tensor, stats: CopyStats) -> tuple[torch.Tensor, torch.T
     return HH, HY
 
 
-def _sq_error(params: dict, stats: CopyStats, activation: str) -> torch.Tensor:
+def _sq_error(params: dict, stats: CopyStats, kind: str) -> torch.Tensor:
     G, W, b = _check_params(params)
     if stats.xx.shape[-3] != G.shape[-1] or stats.xx.shape[-1] != W.shape[-1]:
         raise ValueError(
             f"stats are for L={stats.seq_len}, V={stats.vocab_size}; params have "
             f"L={G.shape[-1]}, V={W.shape[-1]}"
         )
-    A = attention_matrix(G, b, activation=activation)
+    if stats.xx.dtype != G.dtype:
+        stats = stats.to(dtype=G.dtype)
+    A = attention_matrix(G, b, kind=kind)
     HH, HY = data_terms(A, stats)
     # Σ‖W h − y‖² = Tr(W HᵀH Wᵀ) − 2 Tr(W HᵀY) + Σ‖y‖²
     fit = torch.einsum("...ij,...jk,...ik->...", W, HH, W)
@@ -163,20 +182,18 @@ def _sq_error(params: dict, stats: CopyStats, activation: str) -> torch.Tensor:
 
 
 def loss(
-    params: dict, stats: CopyStats, *, activation: str = "linear", kappa: float = 1.0
+    params: dict, stats: CopyStats, *, kind: str = "linear", kappa: float = 1.0
 ) -> torch.Tensor:
     r"""Per-model loss :math:`\frac{1}{2\kappa L}\sum_{\mu,l}\|f_{\mu l}-y_{\mu l}\|^2`, shape ``(n,)``."""
-    check_choice(activation, "activation", ACTIVATIONS)
+    kind = resolve_copy_kind(kind)
     kappa = check_positive(kappa, "kappa")
-    return _sq_error(params, stats, activation) / (2 * kappa * stats.seq_len)
+    return _sq_error(params, stats, kind) / (2 * kappa * stats.seq_len)
 
 
-def token_mse(
-    params: dict, stats: CopyStats, *, activation: str = "linear"
-) -> torch.Tensor:
+def token_mse(params: dict, stats: CopyStats, *, kind: str = "linear") -> torch.Tensor:
     """Mean squared error per token, ``Σ‖f − y‖²/(P L)`` (1 for the zero network, 0 for a perfect copy)."""
-    check_choice(activation, "activation", ACTIVATIONS)
-    return _sq_error(params, stats, activation) / (stats.n_sequences * stats.seq_len)
+    kind = resolve_copy_kind(kind)
+    return _sq_error(params, stats, kind) / (stats.n_sequences * stats.seq_len)
 
 
 def prior_energy(

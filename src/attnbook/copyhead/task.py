@@ -20,14 +20,22 @@ Training and sampling then cost nothing per sequence: :math:`P` only enters thro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 
+import numpy as np
 import torch
 
-from attnbook.device import resolve_generator
+from attnbook.device import as_generator
 from attnbook.validation import as_tensor, check_finite, check_ndim, check_positive_int
 
-__all__ = ["copy_task", "CopyStats", "copy_statistics", "expected_statistics"]
+__all__ = [
+    "copy_task",
+    "CopyStats",
+    "copy_statistics",
+    "expected_statistics",
+    "nested_statistics",
+]
 
 
 def copy_task(
@@ -36,16 +44,16 @@ def copy_task(
     vocab_size: int,
     *,
     batch_shape=(),
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
+    seed=None,
     dtype: torch.dtype | None = None,
     device=None,
 ):
     """Draw ``n_sequences`` copy-task sequences (batched over ``batch_shape``).
 
     Returns ``(X, Y)``, each of shape ``(*batch_shape, n_sequences, seq_len, vocab_size)``,
-    one-hot, with ``Y[..., l, :] = X[..., (l - 1) % seq_len, :]``. The same seed gives the same
-    tokens on the CPU.
+    one-hot (float64 unless ``dtype``), with ``Y[..., l, :] = X[..., (l - 1) % seq_len, :]``.
+    ``seed`` is an int, a ``torch.Generator`` or ``None`` (torch's global generator); tokens
+    are drawn on the CPU, so the same seed gives the same tokens on every machine.
     """
     P = check_positive_int(n_sequences, "n_sequences")
     L = check_positive_int(seq_len, "seq_len", minimum=2)
@@ -53,9 +61,9 @@ def copy_task(
     if isinstance(batch_shape, int):
         batch_shape = (batch_shape,)
     batch_shape = tuple(check_positive_int(b, "batch_shape") for b in batch_shape)
-    gen = resolve_generator(seed, generator, device="cpu" if device is None else device)
-    tokens = torch.randint(V, (*batch_shape, P, L), generator=gen, device=gen.device)
-    X = torch.nn.functional.one_hot(tokens, V).to(dtype or torch.get_default_dtype())
+    gen = as_generator(seed)
+    tokens = torch.randint(V, (*batch_shape, P, L), generator=gen)
+    X = torch.nn.functional.one_hot(tokens, V).to(dtype or torch.float64)
     if device is not None:
         X = X.to(device)
     Y = torch.roll(X, shifts=1, dims=-2)  # Y[l] = X[l-1], periodic
@@ -83,9 +91,45 @@ class CopyStats:
     def vocab_size(self) -> int:
         return self.xx.shape[-1]
 
+    def _map(self, fun) -> CopyStats:
+        return CopyStats(*(fun(getattr(self, f.name)) for f in fields(self)))
+
     def to(self, device=None, dtype=None) -> CopyStats:
-        f = lambda t: t.to(device=device or t.device, dtype=dtype or t.dtype)  # noqa: E731
-        return CopyStats(f(self.xx), f(self.xy), f(self.yy), f(self.n_sequences))
+        """The statistics on another device / in another dtype."""
+
+        def move(t):
+            return t.to(device=device or t.device, dtype=dtype or t.dtype)
+
+        return self._map(move)
+
+    @property
+    def batch_shape(self) -> tuple:
+        return tuple(self.n_sequences.shape)
+
+    def __getitem__(self, index) -> CopyStats:
+        """The statistics of some data sets: ``stats[2:5]``, ``stats[mask]`` (first batch dim)."""
+        if not self.batch_shape:
+            raise IndexError("these statistics have no batch dimension to index")
+        return self._map(lambda t: t[index])
+
+    def repeat(self, n_times: int) -> CopyStats:
+        """The batch repeated ``n_times`` (``[s0, s1, s0, s1, ...]``, e.g. one per restart)."""
+        n = check_positive_int(n_times, "n_times")
+        return CopyStats.cat([self] * n)
+
+    @staticmethod
+    def cat(stats: Sequence[CopyStats]) -> CopyStats:
+        """Concatenate batched statistics along their first batch dimension."""
+        stats = list(stats)
+        if not stats or not all(isinstance(s, CopyStats) for s in stats):
+            raise TypeError("stats must be a non-empty sequence of CopyStats")
+        if any(not s.batch_shape for s in stats):
+            raise ValueError(
+                "every CopyStats must have a batch dimension to concatenate"
+            )
+        return CopyStats(
+            *(torch.cat([getattr(s, f.name) for s in stats]) for f in fields(CopyStats))
+        )
 
 
 def copy_statistics(X, Y=None) -> CopyStats:
@@ -125,7 +169,9 @@ def expected_statistics(
     """
     L = check_positive_int(seq_len, "seq_len", minimum=2)
     V = check_positive_int(vocab_size, "vocab_size", minimum=2)
-    P = as_tensor(n_sequences, "n_sequences", dtype=dtype, device=device)
+    P = as_tensor(
+        n_sequences, "n_sequences", dtype=dtype or torch.float64, device=device
+    )
     if bool((P <= 0).any()):
         raise ValueError("n_sequences must be positive")
     dt, dev = P.dtype, P.device
@@ -139,3 +185,27 @@ def expected_statistics(
     cross = S[:, :, None, None] * (I / V) + (1 - S[:, :, None, None]) * Jv
     Pb = P[..., None, None, None, None]
     return CopyStats(Pb * pair, Pb * cross, P * L, P.clone())
+
+
+def nested_statistics(
+    n_sequences,
+    seq_len: int,
+    vocab_size: int,
+    *,
+    n_datasets: int = 1,
+    seed=None,
+    dtype: torch.dtype | None = None,
+) -> CopyStats:
+    """Statistics of nested data sets: for each sample size ``p`` in ``n_sequences`` and each of
+    ``n_datasets`` independent data sets, the first ``p`` sequences of one draw of
+    ``max(n_sequences)``. The batch is ``(len(n_sequences) · n_datasets,)``, ordered
+    P-major (index ``i_P · n_datasets + i_data``), so growing ``P`` adds data to the same set.
+    """
+    P = np.asarray(n_sequences).reshape(-1)
+    if P.size == 0 or np.any(P < 1) or np.any(P != np.round(P)):
+        raise ValueError(f"n_sequences must be positive integers, got {n_sequences!r}")
+    n_ds = check_positive_int(n_datasets, "n_datasets")
+    X, Y = copy_task(
+        int(P.max()), seq_len, vocab_size, batch_shape=(n_ds,), seed=seed, dtype=dtype
+    )
+    return CopyStats.cat([copy_statistics(X[:, : int(p)], Y[:, : int(p)]) for p in P])

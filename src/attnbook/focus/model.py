@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 from .. import attention
-from ..device import default_device
+from ..device import as_generator, default_device
 from ..errors import TrainingDiverged
-from ..markov import as_generator, as_stochastic_matrix, sample_sequences, stationary
+from ..markov import as_stochastic_matrix, sample_sequences, stationary
 from ..results import load_fields, save_fields
 from ..validation import check_choice, check_positive, check_positive_int
 from .population import Params, check_params, init_params

@@ -47,8 +47,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ..device import as_generator
 from ..errors import FlowDiverged
-from ..markov import as_generator, as_stochastic_matrix, stationary
+from ..markov import as_stochastic_matrix, stationary
 from ..results import load_fields, save_fields
 from ..validation import (
     as_tensor,
