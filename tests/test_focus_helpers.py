@@ -13,8 +13,8 @@ from attnbook import (
     errors,  # noqa: E402
     focus,  # noqa: E402
 )
-from attnbook.focus import metrics, plots, theory  # noqa: E402
 from attnbook.device import as_generator  # noqa: E402
+from attnbook.focus import metrics, plots, theory  # noqa: E402
 from attnbook.markov import (  # noqa: E402
     perturbed_chain,
     sample_sequences,
