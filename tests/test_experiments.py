@@ -20,7 +20,13 @@ from attnbook import experiments as E
 from attnbook.experiments import store
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = {"focus-zipf", "focus-delta", "copyhead-phase", "pde-meanfield-rate", "pde-fates"}
+PARTS = {
+    "focus-zipf",
+    "focus-delta",
+    "copyhead-phase",
+    "pde-meanfield-rate",
+    "pde-fates",
+}
 
 
 def _env(**extra) -> dict:
@@ -129,7 +135,8 @@ def test_sigkill_then_resume_gives_the_uninterrupted_arrays(tmp_path):
     finally:
         proc.wait(timeout=30)
     finished = {
-        p: (p.stat().st_mtime_ns, p.read_bytes()) for p in pts_dir.glob("*[0-9a-f].json")
+        p: (p.stat().st_mtime_ns, p.read_bytes())
+        for p in pts_dir.glob("*[0-9a-f].json")
     }
     total = E.get(name).scale("smoke").n_points
     assert 2 <= len(finished) < total, "the run was not killed half-way"
@@ -152,27 +159,50 @@ def test_sigkill_then_resume_gives_the_uninterrupted_arrays(tmp_path):
 
 # ---- refusals and exit codes -------------------------------------------------------------------
 def test_usage_errors_exit_2(tmp_path, capsys):
-    assert cli.main(["run", "nope", "--scale", "smoke", "--out", str(tmp_path / "a")]) == 2
+    assert (
+        cli.main(["run", "nope", "--scale", "smoke", "--out", str(tmp_path / "a")]) == 2
+    )
     assert "attnbook experiments" in capsys.readouterr().err
-    assert cli.main(["run", "pde-fates", "--scale", "huge", "--out", str(tmp_path / "a")]) == 2
+    assert (
+        cli.main(["run", "pde-fates", "--scale", "huge", "--out", str(tmp_path / "a")])
+        == 2
+    )
     assert "smoke, book, paper" in capsys.readouterr().err
     assert cli.main(["status", str(tmp_path / "missing")]) == 2
     assert "not a directory" in capsys.readouterr().err
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "x.txt").write_text("x")
     assert cli.main(["status", str(tmp_path / "junk")]) == 2
-    assert cli.main(["run", "pde-fates", "--scale", "smoke", "--out", str(tmp_path / "junk")]) == 2
+    assert (
+        cli.main(
+            ["run", "pde-fates", "--scale", "smoke", "--out", str(tmp_path / "junk")]
+        )
+        == 2
+    )
     assert "not a run directory" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
-        cli.main(["run", "pde-fates", "--scale", "smoke", "--out", "x", "--device", "tpu"])
+        cli.main(
+            ["run", "pde-fates", "--scale", "smoke", "--out", "x", "--device", "tpu"]
+        )
     assert exc.value.code == 2
 
 
 def test_directory_of_another_configuration_is_refused(tmp_path, capsys):
     exp = E.get("pde-fates")
     d = tmp_path / "fates"
-    store.open_store(d, exp, "smoke", exp.points("smoke"), device="cpu", dtype="float64")
-    argv = ["run", "pde-fates", "--scale", "smoke", "--out", str(d), "--dtype", "float32"]
+    store.open_store(
+        d, exp, "smoke", exp.points("smoke"), device="cpu", dtype="float64"
+    )
+    argv = [
+        "run",
+        "pde-fates",
+        "--scale",
+        "smoke",
+        "--out",
+        str(d),
+        "--dtype",
+        "float32",
+    ]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "different configuration" in err and "dtype: 'float64'" in err
@@ -182,7 +212,9 @@ def test_directory_of_another_configuration_is_refused(tmp_path, capsys):
     assert "scale: 'smoke'" in err and "fixed.n_draws" in err
     with pytest.raises(E.ConfigMismatch, match="experiment: 'pde-fates'"):
         other = E.get("pde-meanfield-rate")
-        store.open_store(d, other, "smoke", other.points("smoke"), device="cpu", dtype="float64")
+        store.open_store(
+            d, other, "smoke", other.points("smoke"), device="cpu", dtype="float64"
+        )
 
 
 def test_unreachable_scheduler_exits_2_quickly(tmp_path, capsys):
@@ -250,7 +282,8 @@ ARCHIVES = sorted((ROOT / "results").glob("*/manifest.json"))
 
 
 def test_archives_are_compact_and_documented():
-    assert {p.parent.name for p in ARCHIVES} >= {"copyhead-phase", "pde-fates"}
+    parts = {E.get(store.read_manifest(p.parent)["experiment"]).part for p in ARCHIVES}
+    assert parts == {"I", "II", "III"}  # one archive per part at least
     total = sum(f.stat().st_size for f in (ROOT / "results").rglob("*") if f.is_file())
     assert total < 5e6
     for man_path in ARCHIVES:
@@ -266,9 +299,14 @@ def test_archive_point_reproduces(manifest):
     import torch
 
     man = store.read_manifest(manifest.parent)
-    meta = {p["hash"]: store.read_point_meta(manifest.parent, p["hash"]) for p in man["points"]}
+    meta = {
+        p["hash"]: store.read_point_meta(manifest.parent, p["hash"])
+        for p in man["points"]
+    }
     # points that took long when archived are left to `attnbook run` (a test stays fast)
-    quick = [p for p in man["points"] if meta[p["hash"]]["wall_s"] < 8.0] or man["points"]
+    quick = [p for p in man["points"] if meta[p["hash"]]["wall_s"] < 8.0] or man[
+        "points"
+    ]
     rng = random.Random(os.environ.get("ATTNBOOK_SEED"))
     p = rng.choice(quick)
     old = torch.get_num_threads()

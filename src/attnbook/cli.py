@@ -31,24 +31,36 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the book's experiments at scale (Dask), resumably.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    ls = sub.add_parser("experiments", help="list experiments, their axes and point counts")
+    ls = sub.add_parser(
+        "experiments", help="list experiments, their axes and point counts"
+    )
     ls.add_argument("--json", action="store_true", help="print JSON")
     run = sub.add_parser("run", help="run or resume a sweep")
     run.add_argument("experiment", metavar="EXPERIMENT")
     run.add_argument("--scale", required=True, help="smoke, book or paper")
     run.add_argument("--out", required=True, metavar="DIR", help="the run directory")
-    run.add_argument("--workers", type=int, default=None, help="local workers (default: cores)")
     run.add_argument(
-        "--scheduler", default=None, metavar="ADDRESS", help="a running Dask scheduler, tcp://HOST:PORT"
+        "--workers", type=int, default=None, help="local workers (default: cores)"
+    )
+    run.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="a running Dask scheduler, tcp://HOST:PORT",
     )
     run.add_argument("--device", default="cpu", choices=E.DEVICES)
     run.add_argument("--dtype", default="float64", choices=E.DTYPES)
     run.add_argument(
-        "--connect-timeout", type=float, default=10.0, metavar="S",
+        "--connect-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
         help="seconds to wait for --scheduler (default 10)",
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
-    st = sub.add_parser("status", help="done / total points and failures of a run directory")
+    st = sub.add_parser(
+        "status", help="done / total points and failures of a run directory"
+    )
     st.add_argument("directory", metavar="DIR")
     st.add_argument("--json", action="store_true", help="print JSON")
     return p

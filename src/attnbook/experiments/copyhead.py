@@ -6,7 +6,8 @@ marginal posterior of the scores ``G`` (readout integrated out,
 :func:`attnbook.copyhead.action.marginal_potential`): Adam to the MAP
 (:func:`attnbook.train.adam`) or SGLD (:func:`attnbook.sgld.sample`). It returns the order
 parameters ``(c1, cG)`` of the attention matrix (final for Adam; mean and variance over the kept
-draws for SGLD) and the action, each of shape ``(start, chain)``.
+draws for SGLD) and the action, each of shape ``(start, chain)``. Data sets and starting points
+are drawn on the CPU (identical on every device); SGLD's noise is drawn on the device.
 """
 
 from __future__ import annotations
@@ -71,9 +72,14 @@ def phase_point(cfg: CopyConfig) -> dict[str, np.ndarray]:
     """Order parameters and action of ``2 × n_data`` chains (cold and hot starts)."""
     dt, dev = getattr(torch, cfg.dtype), torch.device(cfg.device)
     X, Y = copy_task(
-        cfg.P, cfg.L, cfg.V, batch_shape=(cfg.n_data,), seed=cfg.seed, dtype=dt, device=dev
-    )
-    one = copy_statistics(X, Y)
+        cfg.P,
+        cfg.L,
+        cfg.V,
+        batch_shape=(cfg.n_data,),
+        seed=cfg.seed,
+        dtype=dt,
+    )  # drawn on the CPU: the same data sets on every device
+    one = copy_statistics(X.to(dev), Y.to(dev))
     stats = CopyStats(
         *(torch.cat([getattr(one, f)] * 2) for f in ("xx", "xy", "yy", "n_sequences"))
     )
@@ -87,7 +93,10 @@ def phase_point(cfg: CopyConfig) -> dict[str, np.ndarray]:
     theta0 = _starts(cfg, dt, dev)
     if cfg.method == "adam":
         hist = train.adam(
-            lambda p: potential(p["theta"]), {"theta": theta0}, n_steps=cfg.n_steps, lr=cfg.lr
+            lambda p: potential(p["theta"]),
+            {"theta": theta0},
+            n_steps=cfg.n_steps,
+            lr=cfg.lr,
         )
         draws = hist.params["theta"][None]
         energy = torch.as_tensor(hist.final_loss)[None]

@@ -54,7 +54,9 @@ def flow_ensemble(cfg: FlowConfig) -> dict[str, np.ndarray]:
         P = markov.lazy_chain(torch.tensor(zipf_law(cfg.d, cfg.zipf_s)), cfg.lam)
     else:
         P = markov.perturbed_chain(cfg.d, cfg.pi_top, cfg.delta, cfg.lam)
-    start = focus.init_params(cfg.d, cfg.m, cfg.eps, n_models=cfg.n_models, seed=cfg.seed)
+    start = focus.init_params(
+        cfg.d, cfg.m, cfg.eps, n_models=cfg.n_models, seed=cfg.seed
+    )
     t_eval = focus.time_grid(cfg.t_end, n_dense=cfg.n_dense, n_log=cfg.n_log)
     run = focus.population_flow(
         start, P, cfg.t_end, t_eval=t_eval, rtol=cfg.rtol, atol=cfg.atol
@@ -66,7 +68,10 @@ def flow_ensemble(cfg: FlowConfig) -> dict[str, np.ndarray]:
                 focus.stage_times(
                     run.t,
                     run.loss[:, k],
-                    {key: mt[key][:, k] for key in ("phi_norm", "entropy_uniform", "sv_W0")},
+                    {
+                        key: mt[key][:, k]
+                        for key in ("phi_norm", "entropy_uniform", "sv_W0")
+                    },
                     run.pi,
                 )[s]
                 for s in STAGES
@@ -106,7 +111,15 @@ register(
         scales={
             "smoke": Scale(
                 axes={"d": (3, 4), "seed": (0,)},
-                fixed=dict(m=3, n_models=2, t_end=60.0, n_dense=31, n_log=10, rtol=1e-6, atol=1e-9),
+                fixed=dict(
+                    m=3,
+                    n_models=2,
+                    t_end=60.0,
+                    n_dense=31,
+                    n_log=10,
+                    rtol=1e-6,
+                    atol=1e-9,
+                ),
             ),
             "book": Scale(
                 axes={"d": (3, 4, 5, 6), "seed": (0, 100)},
@@ -132,7 +145,16 @@ register(
         scales={
             "smoke": Scale(
                 axes={"delta": (0.0, 0.04), "seed": (0,)},
-                fixed=dict(chain="perturbed", m=3, n_models=2, t_end=60.0, n_dense=31, n_log=10, rtol=1e-6, atol=1e-9),
+                fixed=dict(
+                    chain="perturbed",
+                    m=3,
+                    n_models=2,
+                    t_end=60.0,
+                    n_dense=31,
+                    n_log=10,
+                    rtol=1e-6,
+                    atol=1e-9,
+                ),
             ),
             "book": Scale(
                 axes={"delta": (0.0, 0.01, 0.02, 0.04, 0.08), "seed": (0,)},
@@ -143,7 +165,14 @@ register(
                     "delta": (0.0, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08),
                     "seed": tuple(range(0, 400, 100)),
                 },
-                fixed=dict(chain="perturbed", m=8, n_models=16, t_end=1e5, n_dense=601, n_log=300),
+                fixed=dict(
+                    chain="perturbed",
+                    m=8,
+                    n_models=16,
+                    t_end=1e5,
+                    n_dense=601,
+                    n_log=300,
+                ),
             ),
         },
     )

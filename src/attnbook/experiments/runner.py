@@ -187,7 +187,8 @@ def run_sweep(
             except Exception as err:  # a failing point is recorded, the others go on
                 tb = "".join(traceback.format_exception(err))
                 store.write_error(
-                    p["hash"], {**base, "error": f"{type(err).__name__}: {err}", "traceback": tb}
+                    p["hash"],
+                    {**base, "error": f"{type(err).__name__}: {err}", "traceback": tb},
                 )
                 report.failed.append((p["index"], f"{type(err).__name__}: {err}"))
             else:

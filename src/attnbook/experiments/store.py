@@ -144,7 +144,9 @@ def _differences(old: dict, new: dict) -> list[str]:
         if isinstance(a, dict) and isinstance(b, dict):
             for k in sorted(set(a) | set(b)):
                 if a.get(k) != b.get(k):
-                    diffs.append(f"{key}.{k}: {a.get(k)!r} in the directory, {b.get(k)!r} now")
+                    diffs.append(
+                        f"{key}.{k}: {a.get(k)!r} in the directory, {b.get(k)!r} now"
+                    )
         elif a != b:
             diffs.append(f"{key}: {a!r} in the directory, {b!r} now")
     if not diffs and [p["hash"] for p in old.get("points", [])] != [
@@ -262,9 +264,7 @@ def open_store(
                 "directory; choose an empty or new --out directory"
             )
         directory.mkdir(parents=True, exist_ok=True)
-        manifest.update(
-            created_at=_now(), command=command, provenance=provenance()
-        )
+        manifest.update(created_at=_now(), command=command, provenance=provenance())
         _write_json(directory / MANIFEST, manifest)
         store = RunStore(directory, manifest)
     store.points_dir.mkdir(exist_ok=True)
