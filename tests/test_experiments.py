@@ -303,9 +303,10 @@ def test_archive_point_reproduces(manifest):
         p["hash"]: store.read_point_meta(manifest.parent, p["hash"])
         for p in man["points"]
     }
-    # points that took long when archived are left to `attnbook run` (a test stays fast)
-    quick = [p for p in man["points"] if meta[p["hash"]]["wall_s"] < 8.0] or man[
-        "points"
+    # points that took long when archived are left to `attnbook run` (a test stays fast):
+    # a random one of those under 8 s, else the quickest
+    quick = [p for p in man["points"] if meta[p["hash"]]["wall_s"] < 8.0] or [
+        min(man["points"], key=lambda p: meta[p["hash"]]["wall_s"])
     ]
     rng = random.Random(os.environ.get("ATTNBOOK_SEED"))
     p = rng.choice(quick)
