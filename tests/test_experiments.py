@@ -119,7 +119,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_arrays(tmp_path):
     args += ["--out", str(out), "--workers", "1", "--no-progress"]
     proc = subprocess.Popen(
         args,
-        env=_env(ATTNBOOK_TEST_POINT_DELAY="0.4"),
+        env=_env(ATTNBOOK_TEST_POINT_DELAY="0.25"),
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -269,12 +269,13 @@ def test_failed_point_exits_1_and_keeps_the_others(tmp_path, capsys):
         assert np.isnan(ds["y"].sel(x=1)).all() and ds["y"].sel(x=2).values[2] == 4
 
 
-def test_cli_lists_experiments_as_json():
-    res = _cli("experiments", "--json")
-    assert res.returncode == 0, res.stderr
-    info = {e["name"]: e for e in json.loads(res.stdout)}
+def test_cli_lists_experiments_as_json(capsys):
+    assert cli.main(["experiments", "--json"]) == 0
+    info = {e["name"]: e for e in json.loads(capsys.readouterr().out)}
     assert PARTS <= set(info)
     assert info["copyhead-phase"]["scales"]["smoke"]["n_points"] == 8
+    assert cli.main(["experiments"]) == 0
+    assert "pde-fates  (Part III)" in capsys.readouterr().out
 
 
 # ---- archives ----------------------------------------------------------------------------------
