@@ -98,6 +98,9 @@ DIMS = {
     "stage_times": ("model", "stage"),
 }
 
+# a few seconds: two small models, a short loose flow
+SMOKE = dict(m=3, n_models=2, t_end=60.0, n_dense=31, n_log=10, rtol=1e-6, atol=1e-9)
+
 register(
     Experiment(
         name="focus-zipf",
@@ -111,15 +114,7 @@ register(
         scales={
             "smoke": Scale(
                 axes={"d": (3, 4), "seed": (0,)},
-                fixed=dict(
-                    m=3,
-                    n_models=2,
-                    t_end=60.0,
-                    n_dense=31,
-                    n_log=10,
-                    rtol=1e-6,
-                    atol=1e-9,
-                ),
+                fixed=SMOKE,
             ),
             "book": Scale(
                 axes={"d": (3, 4, 5, 6), "seed": (0, 100)},
@@ -145,16 +140,7 @@ register(
         scales={
             "smoke": Scale(
                 axes={"delta": (0.0, 0.04), "seed": (0,)},
-                fixed=dict(
-                    chain="perturbed",
-                    m=3,
-                    n_models=2,
-                    t_end=60.0,
-                    n_dense=31,
-                    n_log=10,
-                    rtol=1e-6,
-                    atol=1e-9,
-                ),
+                fixed=dict(SMOKE, chain="perturbed"),
             ),
             "book": Scale(
                 axes={"delta": (0.0, 0.01, 0.02, 0.04, 0.08), "seed": (0,)},
