@@ -8,6 +8,8 @@ marginal posterior of the scores ``G`` (readout integrated out,
 parameters ``(c1, cG)`` of the attention matrix (final for Adam; mean and variance over the kept
 draws for SGLD) and the action, each of shape ``(start, chain)``. Data sets and starting points
 are drawn on the CPU (identical on every device); SGLD's noise is drawn on the device.
+The axis ``method`` is also a keyword of ``xarray.Dataset.sel``: select it with a dict,
+``ds.sel({"method": "adam"})``.
 """
 
 from __future__ import annotations
