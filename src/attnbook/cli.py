@@ -1,0 +1,171 @@
+"""The ``attnbook`` command: list, run (or resume) and inspect the named experiments.
+
+::
+
+    attnbook experiments [--json]
+    attnbook run EXPERIMENT --scale {smoke,book,paper} --out DIR [--workers N]
+                 [--scheduler ADDRESS] [--device cpu|cuda] [--dtype float32|float64]
+    attnbook status DIR [--json]
+
+Exit status: 0 success, 1 when a point failed (the others are kept), 2 bad usage (unknown
+experiment or scale, unreadable DIR, a DIR of another configuration, an unreachable scheduler).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+
+from . import experiments as E
+
+__all__ = ["main", "build_parser"]
+
+OK, FAILED, USAGE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="attnbook",
+        description="Run the book's experiments at scale (Dask), resumably.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    ls = sub.add_parser(
+        "experiments", help="list experiments, their axes and point counts"
+    )
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    run = sub.add_parser("run", help="run or resume a sweep")
+    run.add_argument("experiment", metavar="EXPERIMENT")
+    run.add_argument("--scale", required=True, help="smoke, book or paper")
+    run.add_argument("--out", required=True, metavar="DIR", help="the run directory")
+    run.add_argument(
+        "--workers", type=int, default=None, help="local workers (default: cores)"
+    )
+    run.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="a running Dask scheduler, tcp://HOST:PORT",
+    )
+    run.add_argument("--device", default="cpu", choices=E.DEVICES)
+    run.add_argument("--dtype", default="float64", choices=E.DTYPES)
+    run.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds to wait for --scheduler (default 10)",
+    )
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    st = sub.add_parser(
+        "status", help="done / total points and failures of a run directory"
+    )
+    st.add_argument("directory", metavar="DIR")
+    st.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def _usage(msg: str) -> int:
+    print(f"attnbook: error: {msg}", file=sys.stderr)
+    return USAGE
+
+
+def _list(as_json: bool) -> int:
+    infos = [E.get(n).describe() for n in E.names()]
+    if as_json:
+        print(json.dumps(infos, indent=1))
+        return OK
+    for info in infos:
+        print(f"{info['name']}  (Part {info['part']}): {info['description']}")
+        for s, sc in info["scales"].items():
+            axes = ", ".join(f"{a}={v}" for a, v in sc["axes"].items())
+            print(f"  {s:<6} {sc['n_points']:>5} points  {axes}")
+    return OK
+
+
+def _run(args, argv) -> int:
+    from .experiments.runner import SchedulerUnreachable, run_sweep
+
+    if args.experiment not in E.names():
+        return _usage(
+            f"unknown experiment {args.experiment!r}; run `attnbook experiments` to list "
+            f"them ({', '.join(E.names())})"
+        )
+    exp = E.get(args.experiment)
+    if args.scale not in exp.scales:
+        return _usage(
+            f"unknown scale {args.scale!r} for {args.experiment}; use one of "
+            f"{', '.join(exp.scales)}"
+        )
+    if args.workers is not None and args.workers < 1:
+        return _usage("--workers must be at least 1")
+    command = "attnbook " + " ".join(shlex.quote(a) for a in argv)
+    try:
+        rep = run_sweep(
+            args.experiment,
+            args.scale,
+            args.out,
+            workers=args.workers,
+            scheduler=args.scheduler,
+            device=args.device,
+            dtype=args.dtype,
+            progress=not args.no_progress,
+            connect_timeout=args.connect_timeout,
+            command=command,
+        )
+    except SchedulerUnreachable as err:
+        return _usage(str(err))
+    except (E.ConfigMismatch, FileExistsError, FileNotFoundError, ValueError) as err:
+        return _usage(str(err))
+    except OSError as err:
+        return _usage(f"cannot use --out {args.out}: {err}")
+    print(
+        f"{args.experiment} [{args.scale}]: {rep.skipped + rep.computed}/{rep.total} points "
+        f"done ({rep.skipped} already finished, {rep.computed} computed, "
+        f"{len(rep.failed)} failed) in {rep.wall_s:.1f} s -> {rep.directory}"
+    )
+    for idx, err in rep.failed:
+        print(f"  point {idx} failed: {err}", file=sys.stderr)
+    if rep.failed:
+        print(
+            f"  see `attnbook status {args.out}`; rerun the same command to retry",
+            file=sys.stderr,
+        )
+        return FAILED
+    return OK
+
+
+def _status(args) -> int:
+    try:
+        st = E.status(args.directory)
+    except (FileNotFoundError, ValueError, OSError, KeyError) as err:
+        return _usage(f"cannot read {args.directory}: {err}")
+    if args.json:
+        print(json.dumps(st, indent=1))
+        return OK
+    print(
+        f"{st['experiment']} [{st['scale']}, {st['device']}, {st['dtype']}]: "
+        f"{st['done']}/{st['total']} points done, {len(st['failed'])} failed, "
+        f"{st['wall_s']:.1f} s of compute"
+    )
+    if st["command"]:
+        print(f"  made by: {st['command']}")
+    for f in st["failed"]:
+        print(f"  failed {f['axes']}: {f['error']}")
+    return OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``attnbook`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if args.command == "experiments":
+        return _list(args.json)
+    if args.command == "run":
+        return _run(args, argv)
+    return _status(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""Part II sweep: the (P, L, V) phase diagram of the copy head, linear and softmax, SGLD and Adam.
+
+One point draws ``n_data`` copy-task data sets of ``P`` sequences (one per chain), and runs
+chains from two starts — *cold* (small random scores) and *hot* (the copy head) — on the exact
+marginal posterior of the scores ``G`` (readout integrated out,
+:func:`attnbook.copyhead.action.marginal_potential`): Adam to the MAP
+(:func:`attnbook.train.adam`) or SGLD (:func:`attnbook.sgld.sample`). It returns the order
+parameters ``(c1, cG)`` of the attention matrix (final for Adam; mean and variance over the kept
+draws for SGLD) and the action, each of shape ``(start, chain)``. Data sets and starting points
+are drawn on the CPU (identical on every device); SGLD's noise is drawn on the device.
+The axis ``method`` is also a keyword of ``xarray.Dataset.sel``: select it with a dict,
+``ds.sel({"method": "adam"})``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import sgld, train
+from ..copyhead import (
+    CopyStats,
+    action,
+    attention_matrix,
+    copy_statistics,
+    copy_task,
+    order_parameters,
+    pooling_matrix,
+    shift_matrix,
+)
+from . import Experiment, Scale, register
+
+
+@dataclass(frozen=True)
+class CopyConfig:
+    """One (activation, method, L, V, P) point with ``n_data`` data sets × two starts."""
+
+    activation: str = "softmax"
+    method: str = "adam"
+    L: int = 16
+    V: int = 4
+    P: int = 128
+    n_data: int = 4
+    kappa: float = 1.0
+    sigma_w: float = 1.0
+    sigma_g: float = 1.0
+    init_scale: float = 0.1
+    n_steps: int = 1000
+    lr: float = 0.05
+    step_size: float = 0.0  # 0: min(0.02, 2 / P)
+    burn_in: int = 250
+    thin: int = 5
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float64"
+
+
+def _starts(cfg: CopyConfig, dt, dev) -> torch.Tensor:
+    """Packed ``(2 n_data, L² [+ 1])`` starting points: cold, then hot (the copy head)."""
+    L, n = cfg.L, cfg.n_data
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    G0 = cfg.init_scale * torch.randn(n, L, L, generator=gen, dtype=dt)
+    if cfg.activation == "softmax":
+        hot = math.log(L) * (shift_matrix(L, dtype=dt) - pooling_matrix(L, dtype=dt))
+        return action.pack(torch.cat([G0, G0 + hot])).to(dev)
+    b = torch.zeros(2 * n, dtype=dt)
+    return action.pack(torch.cat([G0, G0 + L * shift_matrix(L, dtype=dt)]), b).to(dev)
+
+
+def phase_point(cfg: CopyConfig) -> dict[str, np.ndarray]:
+    """Order parameters and action of ``2 × n_data`` chains (cold and hot starts)."""
+    dt, dev = getattr(torch, cfg.dtype), torch.device(cfg.device)
+    X, Y = copy_task(
+        cfg.P,
+        cfg.L,
+        cfg.V,
+        batch_shape=(cfg.n_data,),
+        seed=cfg.seed,
+        dtype=dt,
+    )  # drawn on the CPU: the same data sets on every device
+    one = copy_statistics(X.to(dev), Y.to(dev))
+    stats = CopyStats(
+        *(torch.cat([getattr(one, f)] * 2) for f in ("xx", "xy", "yy", "n_sequences"))
+    )
+    potential = action.marginal_potential(
+        stats,
+        activation=cfg.activation,
+        kappa=cfg.kappa,
+        sigma_w=cfg.sigma_w,
+        sigma_g=cfg.sigma_g,
+    )
+    theta0 = _starts(cfg, dt, dev)
+    if cfg.method == "adam":
+        hist = train.adam(
+            lambda p: potential(p["theta"]),
+            {"theta": theta0},
+            n_steps=cfg.n_steps,
+            lr=cfg.lr,
+        )
+        draws = hist.params["theta"][None]
+        energy = torch.as_tensor(hist.final_loss)[None]
+    elif cfg.method == "sgld":
+        eta = cfg.step_size or min(0.02, 2.0 / cfg.P)
+        res = sgld.sample(
+            potential,
+            theta0,
+            step_size=eta,
+            n_steps=cfg.n_steps,
+            burn_in=cfg.burn_in,
+            thin=cfg.thin,
+            seed=cfg.seed + 2,
+        )
+        draws, energy = res.samples, res.diagnostics["potential"]
+    else:
+        raise ValueError(f"method must be 'adam' or 'sgld', got {cfg.method!r}")
+    G, b = action.unpack(draws, cfg.L)
+    c1, cG = order_parameters(attention_matrix(G, b, activation=cfg.activation))
+    shape = (2, cfg.n_data)
+    return {
+        "c1": c1.mean(0).reshape(shape).cpu().numpy(),
+        "cG": cG.mean(0).reshape(shape).cpu().numpy(),
+        "c1_var": c1.var(0, correction=0).reshape(shape).cpu().numpy(),
+        "cG_var": cG.var(0, correction=0).reshape(shape).cpu().numpy(),
+        "action": energy.mean(0).reshape(shape).cpu().numpy(),
+    }
+
+
+_D = ("start", "chain")
+
+register(
+    Experiment(
+        name="copyhead-phase",
+        part="II",
+        description="(P, L, V) phase diagram: order parameters of linear and softmax heads, "
+        "Adam (MAP) and SGLD (posterior), cold and hot starts, several data sets",
+        function=phase_point,
+        config=CopyConfig,
+        dims={k: _D for k in ("c1", "cG", "c1_var", "cG_var", "action")},
+        note="start 0 = cold (scores ~ init_scale·N(0,1)), 1 = hot (the copy head)",
+        scales={
+            "smoke": Scale(
+                axes={
+                    "activation": ("linear", "softmax"),
+                    "method": ("adam", "sgld"),
+                    "L": (6,),
+                    "V": (3,),
+                    "P": (8, 64),
+                },
+                fixed=dict(n_data=2, n_steps=60, burn_in=20, thin=4),
+            ),
+            "book": Scale(
+                axes={
+                    "activation": ("linear", "softmax"),
+                    "method": ("adam", "sgld"),
+                    "L": (8, 16),
+                    "V": (4, 8),
+                    "P": (16, 32, 64, 128, 256, 512),
+                },
+                fixed=dict(n_data=4, n_steps=600, burn_in=150, thin=5),
+            ),
+            "paper": Scale(
+                axes={
+                    "activation": ("linear", "softmax"),
+                    "method": ("adam", "sgld"),
+                    "L": (8, 16, 32, 64, 128),
+                    "V": (4, 8, 16, 32),
+                    "P": tuple(2**k for k in range(4, 15)),
+                },
+                fixed=dict(n_data=32, n_steps=20000, burn_in=5000, thin=20),
+            ),
+        },
+    )
+)

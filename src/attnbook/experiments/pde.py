@@ -1,0 +1,222 @@
+"""Part III sweeps: the mean-field rate in n, and the fates of covariance flows per kind.
+
+* ``pde-meanfield-rate`` — ``n_systems`` independent clouds of ``n`` particles in d = 1,
+  simulated together (:func:`attnbook.pde.simulate`) to time ``T``; the exact W₂ distance of
+  each cloud to the Gaussian solution (:func:`attnbook.pde.gaussian_flow`) at t = 0 and T.
+  The rate is the log–log slope over the ``n`` axis (:func:`attnbook.pde.fit_rate`).
+* ``pde-fates`` — ``n_draws`` random (A, Σ₀) per point, V = I; the Gaussian covariance flow of
+  each (softmax: :func:`attnbook.pde.covariance_flow`, batched; other kinds:
+  :func:`attnbook.pde.gaussian_flow` per draw). ``generic`` draws A with i.i.d. N(0, 1/d)
+  entries (blow-up or not); ``negdef`` draws A = −QᵀQ/√k with Q ∈ R^{⌊d/2⌋×d} (clustering onto
+  a subspace: the limiting rank is ⌈d/2⌉ for softmax). Returns each draw's ``blowup_time``
+  (inf if none), the numerical rank and trace of its last covariance. ``blowup_time`` follows
+  each solver's convention: softmax, the first output time with trace > 10³ (the figures of
+  Castin et al.); the other kinds, the time an entry passes 10⁸ — for ℓ² and Sinkhorn that is
+  exponential growth reaching the threshold, not a finite-time singularity. Clustering is slow
+  (eigenvalues decay like 1/t), hence t = 10⁴ at the ``book`` and ``paper`` scales.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import pde
+from . import Experiment, Scale, register
+
+
+@dataclass(frozen=True)
+class MeanFieldConfig:
+    """``n_systems`` clouds of ``n`` particles, N(mean0, var0) at t = 0, A = a, V = v (d = 1)."""
+
+    kind: str = "softmax"
+    n: int = 256
+    n_systems: int = 16
+    a: float = 1.0
+    v: float = 1.0
+    mean0: float = 0.5
+    var0: float = 0.25
+    T: float = 0.5
+    step: float = 0.1
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float64"
+
+
+def meanfield_point(cfg: MeanFieldConfig) -> dict[str, np.ndarray]:
+    """W₂ of each cloud to the Gaussian solution at t = 0 and t = T."""
+    dt = getattr(torch, cfg.dtype)
+    x0 = pde.sample_gaussian(
+        cfg.n,
+        [cfg.mean0],
+        [[cfg.var0]],
+        seed=cfg.seed,
+        batch=(cfg.n_systems,),
+        dtype=dt,
+    ).to(cfg.device)
+    xt = pde.simulate(
+        x0, [0.0, cfg.T], kind=cfg.kind, A=[[cfg.a]], V=[[cfg.v]], step=cfg.step
+    )
+    ref = pde.gaussian_flow(
+        np.array([cfg.mean0]),
+        np.array([[cfg.var0]]),
+        [0.0, cfg.T],
+        kind=cfg.kind,
+        A=[[cfg.a]],
+        V=[[cfg.v]],
+    )
+    if ref.blowup_time is not None:
+        raise pde.BlowUpError(f"the Gaussian solution blows up before T = {cfg.T}")
+    xt = xt.detach().to("cpu", torch.float64).numpy()
+    mean_T, var_T = float(ref.mean[-1, 0]), float(ref.cov[-1, 0, 0])
+    return {
+        "w2_0": pde.w2_to_gaussian_1d(xt[0], cfg.mean0, cfg.var0),
+        "w2_T": pde.w2_to_gaussian_1d(xt[-1], mean_T, var_T),
+        "mean_T": np.array(mean_T),
+        "var_T": np.array(var_T),
+    }
+
+
+@dataclass(frozen=True)
+class FatesConfig:
+    """``n_draws`` random Gaussian covariance flows of one attention kind in dimension ``d``."""
+
+    kind: str = "softmax"
+    d: int = 3
+    ensemble: str = "generic"  # "generic" | "negdef"
+    n_draws: int = 32
+    t_end: float = 1e3
+    n_times: int = 25
+    rank_tol: float = 1e-2
+    rtol: float = 1e-7
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float64"
+
+
+def draw_systems(cfg: FatesConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The point's random ``A`` (n_draws, d, d) and ``Σ₀`` (n_draws, d, d), from ``cfg.seed``."""
+    rng = np.random.default_rng(cfg.seed)
+    d, n = cfg.d, cfg.n_draws
+    if cfg.ensemble == "generic":
+        A = rng.normal(size=(n, d, d)) / math.sqrt(d)
+    elif cfg.ensemble == "negdef":
+        k = max(1, d // 2)
+        Q = rng.normal(size=(n, k, d))
+        A = -np.einsum("bki,bkj->bij", Q, Q) / math.sqrt(k)
+    else:
+        raise ValueError(
+            f"ensemble must be 'generic' or 'negdef', got {cfg.ensemble!r}"
+        )
+    W = rng.normal(size=(n, d, d))
+    S0 = W @ W.transpose(0, 2, 1) / d + 0.1 * np.eye(d)
+    return A, S0
+
+
+def fates_point(cfg: FatesConfig) -> dict[str, np.ndarray]:
+    """Blow-up time, limiting rank and final trace of each random covariance flow."""
+    A, S0 = draw_systems(cfg)
+    t = np.concatenate([[0.0], np.logspace(-2, math.log10(cfg.t_end), cfg.n_times - 1)])
+    if cfg.kind == "softmax":
+        flow = pde.covariance_flow(
+            S0, t, A=A, device=cfg.device, rtol=cfg.rtol, atol=1e-10
+        )
+        S_end, blow = flow.cov[-1], flow.explode_time
+    else:
+        S_end, blow = np.empty_like(S0), np.full(cfg.n_draws, np.inf)
+        for b in range(cfg.n_draws):
+            f = pde.gaussian_flow(
+                np.zeros(cfg.d),
+                S0[b],
+                t,
+                kind=cfg.kind,
+                A=A[b],
+                rtol=cfg.rtol,
+                atol=1e-10,
+            )
+            S_end[b] = f.cov[-1]
+            blow[b] = np.inf if f.blowup_time is None else f.blowup_time
+    ev = np.linalg.eigvalsh((S_end + S_end.transpose(0, 2, 1)) / 2)
+    rank = (ev > cfg.rank_tol * np.maximum(ev[:, -1:], 1e-300)).sum(-1)
+    return {
+        "blowup_time": blow,
+        "rank": rank.astype(np.int64),
+        "trace_end": np.trace(S_end, axis1=-2, axis2=-1),
+    }
+
+
+register(
+    Experiment(
+        name="pde-meanfield-rate",
+        part="III",
+        description="W₂ of n-particle clouds to the Gaussian mean-field solution vs n, "
+        "per attention kind (d = 1, exact quantile W₂)",
+        function=meanfield_point,
+        config=MeanFieldConfig,
+        dims={"w2_0": ("system",), "w2_T": ("system",)},
+        note="rate = slope of log mean W₂ vs log n (pde.fit_rate over the n axis)",
+        scales={
+            "smoke": Scale(
+                axes={"kind": ("softmax", "l2"), "n": (16, 32, 64)},
+                fixed=dict(n_systems=4),
+            ),
+            "book": Scale(
+                axes={
+                    "kind": ("softmax", "l2", "sinkhorn"),
+                    "n": tuple(2**k for k in range(4, 10)),
+                },
+                fixed=dict(n_systems=16),
+            ),
+            "paper": Scale(
+                axes={
+                    "kind": ("softmax", "l2", "sinkhorn"),
+                    "n": tuple(2**k for k in range(4, 14)),
+                },
+                # 32 systems of n = 8192 hold 32·n² float64 logits: 17 GB at once
+                fixed=dict(n_systems=32, step=0.05),
+            ),
+        },
+    )
+)
+
+register(
+    Experiment(
+        name="pde-fates",
+        part="III",
+        description="fates (blow-up or not) and limiting ranks of Gaussian covariance flows "
+        "over random draws, per attention kind and dimension",
+        function=fates_point,
+        config=FatesConfig,
+        dims={k: ("draw",) for k in ("blowup_time", "rank", "trace_end")},
+        note="V = I; softmax flows are frozen once their trace passes 1e3 (blow-up)",
+        scales={
+            "smoke": Scale(
+                axes={
+                    "kind": ("softmax", "l2"),
+                    "ensemble": ("generic", "negdef"),
+                    "d": (2, 3),
+                },
+                fixed=dict(n_draws=3, t_end=10.0, n_times=8, rtol=1e-5),
+            ),
+            "book": Scale(
+                axes={
+                    "kind": ("softmax", "l2", "sinkhorn", "linear"),
+                    "ensemble": ("generic", "negdef"),
+                    "d": (2, 3, 4),
+                },
+                fixed=dict(n_draws=16, t_end=1e4),
+            ),
+            "paper": Scale(
+                axes={
+                    "kind": ("softmax", "l2", "sinkhorn", "linear"),
+                    "ensemble": ("generic", "negdef"),
+                    "d": tuple(range(2, 17)),
+                },
+                fixed=dict(n_draws=1024, t_end=1e4, n_times=49),
+            ),
+        },
+    )
+)

@@ -1,0 +1,342 @@
+"""The experiment registry, the Dask runner, the results store, the CLI and the archives."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnbook import cli
+from attnbook import experiments as E
+from attnbook.experiments import store
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = {
+    "focus-zipf",
+    "focus-delta",
+    "copyhead-phase",
+    "pde-meanfield-rate",
+    "pde-fates",
+}
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra)
+    return env
+
+
+def _cli(*args, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "attnbook", *args],
+        capture_output=True,
+        text=True,
+        env=_env(**env),
+        timeout=240,
+    )
+
+
+# ---- registry ----------------------------------------------------------------------------------
+def test_registry_has_every_part_at_every_scale():
+    assert PARTS <= set(E.names())
+    for name in PARTS:
+        exp = E.get(name)
+        assert set(exp.scales) == set(E.SCALES)
+        pts = exp.points("smoke")
+        assert len(pts) == exp.scale("smoke").n_points >= 2
+        hashes = {E.config_hash(cfg) for _, cfg in pts}
+        assert len(hashes) == len(pts)  # every point has its own identity
+        assert exp.scale("paper").n_points >= exp.scale("book").n_points
+    with pytest.raises(E.UnknownExperiment, match="attnbook experiments"):
+        E.get("no-such-experiment")
+    with pytest.raises(E.UnknownExperiment, match="smoke, book, paper"):
+        E.get("pde-fates").points("huge")
+
+
+def test_config_hash_is_stable_and_device_dtype_aware():
+    exp = E.get("pde-meanfield-rate")
+    (_, a), (_, b) = exp.points("smoke")[0], exp.points("smoke", dtype="float32")[0]
+    assert E.config_hash(a) == E.config_hash(E.config_dict(a))
+    assert E.config_hash(a) != E.config_hash(b)
+
+
+def test_points_are_deterministic_on_cpu():
+    (_, cfg), *_ = E.get("copyhead-phase").points("smoke")
+    one, two = E.run_point("copyhead-phase", cfg), E.run_point("copyhead-phase", cfg)
+    assert one.keys() == two.keys()
+    for k in one:
+        np.testing.assert_array_equal(one[k], two[k])
+
+
+# ---- a 2-worker local cluster, resume, load --------------------------------------------------
+def test_local_cluster_runs_a_smoke_sweep_and_load_round_trips(tmp_path):
+    out = tmp_path / "mf"
+    rep = E.run("pde-meanfield-rate", "smoke", out, workers=2, progress=False)
+    n = E.get("pde-meanfield-rate").scale("smoke").n_points
+    assert rep.ok and rep.computed == n and rep.skipped == 0
+    again = E.run("pde-meanfield-rate", "smoke", out, workers=2, progress=False)
+    assert again.computed == 0 and again.skipped == n  # nothing recomputed, no cluster
+    st = E.status(out)
+    assert (st["done"], st["total"], st["failed"]) == (n, n, [])
+
+    ds = E.load(out)
+    assert list(ds["w2_T"].dims) == ["kind", "n", "system"]
+    assert ds.sizes["n"] == 3 and list(ds["kind"].values) == ["softmax", "l2"]
+    assert ds.attrs["experiment"] == "pde-meanfield-rate" and ds.attrs["n_done"] == n
+    assert "torch" in ds.attrs and "git_commit" in ds.attrs
+    man = store.read_manifest(out)
+    for p in man["points"]:
+        arrays = store.read_point(out, p["hash"])
+        sel = dict(zip(man["axes"], p["index"]))
+        np.testing.assert_array_equal(ds["w2_T"].isel(sel).values, arrays["w2_T"])
+        meta = store.read_point_meta(out, p["hash"])
+        assert meta["config_hash"] == p["hash"] == E.config_hash(meta["config"])
+        assert meta["wall_s"] > 0 and meta["numpy"] == np.__version__
+
+    # a partial run loads with NaN where points are missing
+    first = man["points"][0]
+    (out / "points" / f"{first['hash']}.json").unlink()
+    part = E.load(out)
+    assert part.attrs["n_done"] == n - 1
+    assert np.isnan(part["w2_T"].isel(dict(zip(man["axes"], first["index"])))).all()
+
+
+def test_sigkill_then_resume_gives_the_uninterrupted_arrays(tmp_path):
+    out = tmp_path / "run"
+    name = "copyhead-phase"
+    args = [sys.executable, "-m", "attnbook", "run", name, "--scale", "smoke"]
+    args += ["--out", str(out), "--workers", "1", "--no-progress"]
+    proc = subprocess.Popen(
+        args,
+        env=_env(ATTNBOOK_TEST_POINT_DELAY="0.25"),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pts_dir = out / "points"
+    deadline = time.time() + 120
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if pts_dir.is_dir() and len(list(pts_dir.glob("*[0-9a-f].json"))) >= 2:
+                break
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its Dask workers, at once
+    finally:
+        proc.wait(timeout=30)
+    finished = {
+        p: (p.stat().st_mtime_ns, p.read_bytes())
+        for p in pts_dir.glob("*[0-9a-f].json")
+    }
+    total = E.get(name).scale("smoke").n_points
+    assert 2 <= len(finished) < total, "the run was not killed half-way"
+
+    res = _cli("run", name, "--scale", "smoke", "--out", str(out), "--workers", "1")
+    assert res.returncode == 0, res.stderr
+    assert f"{total}/{total} points" in res.stdout
+    assert f"{len(finished)} already finished" in res.stdout
+    for p, (mtime, content) in finished.items():  # never recomputed nor rewritten
+        assert p.stat().st_mtime_ns == mtime and p.read_bytes() == content
+    assert not list(out.rglob("*.tmp"))
+    man = store.read_manifest(out)
+    for p in man["points"]:  # exactly the arrays of an uninterrupted computation
+        want = E.run_point(name, p["config"])
+        got = store.read_point(out, p["hash"])
+        assert got.keys() == want.keys()
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+
+
+# ---- refusals and exit codes -------------------------------------------------------------------
+def test_usage_errors_exit_2(tmp_path, capsys):
+    assert (
+        cli.main(["run", "nope", "--scale", "smoke", "--out", str(tmp_path / "a")]) == 2
+    )
+    assert "attnbook experiments" in capsys.readouterr().err
+    assert (
+        cli.main(["run", "pde-fates", "--scale", "huge", "--out", str(tmp_path / "a")])
+        == 2
+    )
+    assert "smoke, book, paper" in capsys.readouterr().err
+    assert cli.main(["status", str(tmp_path / "missing")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "x.txt").write_text("x")
+    assert cli.main(["status", str(tmp_path / "junk")]) == 2
+    assert (
+        cli.main(
+            ["run", "pde-fates", "--scale", "smoke", "--out", str(tmp_path / "junk")]
+        )
+        == 2
+    )
+    assert "not a run directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        cli.main(
+            ["run", "pde-fates", "--scale", "smoke", "--out", "x", "--device", "tpu"]
+        )
+    assert exc.value.code == 2
+
+
+def test_directory_of_another_configuration_is_refused(tmp_path, capsys):
+    exp = E.get("pde-fates")
+    d = tmp_path / "fates"
+    store.open_store(
+        d, exp, "smoke", exp.points("smoke"), device="cpu", dtype="float64"
+    )
+    argv = [
+        "run",
+        "pde-fates",
+        "--scale",
+        "smoke",
+        "--out",
+        str(d),
+        "--dtype",
+        "float32",
+    ]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "different configuration" in err and "dtype: 'float64'" in err
+    argv = ["run", "pde-fates", "--scale", "book", "--out", str(d)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "scale: 'smoke'" in err and "fixed.n_draws" in err
+    with pytest.raises(E.ConfigMismatch, match="experiment: 'pde-fates'"):
+        other = E.get("pde-meanfield-rate")
+        store.open_store(
+            d, other, "smoke", other.points("smoke"), device="cpu", dtype="float64"
+        )
+
+
+def test_unreachable_scheduler_exits_2_quickly(tmp_path, capsys):
+    t0 = time.perf_counter()
+    argv = ["run", "pde-fates", "--scale", "smoke", "--out", str(tmp_path / "s")]
+    argv += ["--scheduler", "tcp://127.0.0.1:9", "--connect-timeout", "2"]
+    assert cli.main(argv) == 2
+    assert time.perf_counter() - t0 < 30
+    assert "no Dask scheduler answered" in capsys.readouterr().err
+
+
+@dataclass(frozen=True)
+class _FailConfig:
+    x: int = 0
+    device: str = "cpu"
+    dtype: str = "float64"
+
+
+def _sometimes_fails(cfg: _FailConfig) -> dict:
+    if cfg.x == 1:
+        raise FloatingPointError("point 1 diverged")
+    return {"y": np.arange(3) * cfg.x}
+
+
+def test_failed_point_exits_1_and_keeps_the_others(tmp_path, capsys):
+    from distributed import LocalCluster
+
+    if "test-fail" not in E._REGISTRY:
+        E.register(
+            E.Experiment(
+                name="test-fail",
+                part="-",
+                description="one point of three fails",
+                function=_sometimes_fails,
+                config=_FailConfig,
+                scales={"smoke": E.Scale(axes={"x": (0, 1, 2)})},
+            )
+        )
+    out = tmp_path / "f"
+    # threads in this process share the registry with the test (a --scheduler run)
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+        argv = ["run", "test-fail", "--scale", "smoke", "--out", str(out)]
+        argv += ["--scheduler", cluster.scheduler_address, "--no-progress"]
+        assert cli.main(argv) == 1
+        assert "point 1 diverged" in capsys.readouterr().err
+        st = E.status(out)
+        assert (st["done"], st["total"]) == (2, 3)
+        assert st["failed"][0]["axes"] == {"x": 1}
+        assert cli.main(["status", str(out)]) == 0
+        assert "FloatingPointError: point 1 diverged" in capsys.readouterr().out
+        ds = E.load(out)
+        assert np.isnan(ds["y"].sel(x=1)).all() and ds["y"].sel(x=2).values[2] == 4
+
+
+def test_cli_lists_experiments_as_json(capsys):
+    assert cli.main(["experiments", "--json"]) == 0
+    info = {e["name"]: e for e in json.loads(capsys.readouterr().out)}
+    assert PARTS <= set(info)
+    assert info["copyhead-phase"]["scales"]["smoke"]["n_points"] == 8
+    assert cli.main(["experiments"]) == 0
+    assert "pde-fates  (Part III)" in capsys.readouterr().out
+
+
+# ---- archives ----------------------------------------------------------------------------------
+ARCHIVES = sorted((ROOT / "results").glob("*/manifest.json"))
+
+
+def test_archives_are_compact_and_documented():
+    parts = {E.get(store.read_manifest(p.parent)["experiment"]).part for p in ARCHIVES}
+    assert parts == {"I", "II", "III"}  # one archive per part at least
+    total = sum(f.stat().st_size for f in (ROOT / "results").rglob("*") if f.is_file())
+    assert total < 5e6
+    for man_path in ARCHIVES:
+        st = E.status(man_path.parent)
+        assert st["done"] == st["total"] and not st["failed"]
+        assert st["command"].startswith("attnbook run ")
+        assert (man_path.parent / "README.md").is_file()
+
+
+@pytest.mark.parametrize("manifest", ARCHIVES, ids=lambda p: p.parent.name)
+def test_archive_point_reproduces(manifest):
+    """Re-run one randomly chosen point of the archive (seed: $ATTNBOOK_SEED, else random)."""
+    import torch
+
+    man = store.read_manifest(manifest.parent)
+    meta = {
+        p["hash"]: store.read_point_meta(manifest.parent, p["hash"])
+        for p in man["points"]
+    }
+    # points that took long when archived are left to `attnbook run` (a test stays fast):
+    # a random one of those under 8 s, else the quickest
+    quick = [p for p in man["points"] if meta[p["hash"]]["wall_s"] < 8.0] or [
+        min(man["points"], key=lambda p: meta[p["hash"]]["wall_s"])
+    ]
+    rng = random.Random(os.environ.get("ATTNBOOK_SEED"))
+    p = rng.choice(quick)
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        got = E.run_point(man["experiment"], p["config"])
+    finally:
+        torch.set_num_threads(old)
+    want = store.read_point(manifest.parent, p["hash"])
+    assert got.keys() == want.keys(), p["index"]
+    for k in want:
+        np.testing.assert_allclose(
+            got[k], want[k], rtol=1e-9, atol=1e-12, err_msg=f"{k} at {p['index']}"
+        )
+
+
+# ---- the GPU check, CPU mode --------------------------------------------------------------------
+def test_gpu_check_runs_on_cpu_at_tiny_sizes():
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--cpu"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=240,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert "matmul" in out and "bandwidth" in out and "velocity" in out
+    assert "SGLD" in out and "Adam" in out
+    for name in PARTS:
+        assert name in out
