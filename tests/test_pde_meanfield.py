@@ -162,7 +162,7 @@ def test_one_sided_lipschitz_bounds_the_coupling_growth():
     x0 = sample_gaussian(24, [0.0, 0.0], 0.5 * np.eye(2), seed=7)
     y0 = x0 + 1e-4 * torch.as_tensor(RNG.normal(size=(24, 2)))
     t = np.linspace(0, 1, 21)
-    traj = simulate(torch.stack([x0, y0]), t, kind="softmax", A=A, step=0.01)
+    traj = simulate(torch.stack([x0, y0]), t, kind="softmax", A=A, step_size=0.01)
     lam = one_sided_lipschitz(traj[:, 0], kind="softmax", A=A).numpy()
     integral = np.concatenate([[0], np.cumsum((lam[1:] + lam[:-1]) / 2 * np.diff(t))])
     D = coupling_distance(traj[:, 0], traj[:, 1]).numpy()

@@ -22,6 +22,8 @@ import math
 
 import numpy as np
 
+from ..linalg import psd_sqrt
+
 __all__ = [
     "scalar_softmax_variance",
     "scalar_softmax_mean",
@@ -34,7 +36,6 @@ __all__ = [
     "linear_moment_rhs",
     "sinkhorn_moment_rhs",
     "sinkhorn_scalar_rhs",
-    "psd_sqrt",
     "kernel_basis",
 ]
 
@@ -75,12 +76,6 @@ def _sym_matrix(M, name):
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise ValueError(f"{name} must be a square matrix, got shape {M.shape}")
     return M
-
-
-def psd_sqrt(S) -> np.ndarray:
-    """Symmetric square root of a symmetric PSD matrix (tiny negative eigenvalues clipped)."""
-    w, U = np.linalg.eigh((np.asarray(S, float) + np.asarray(S, float).T) / 2)
-    return (U * np.sqrt(np.clip(w, 0, None))) @ U.T
 
 
 def identity_value_blowup_time(cov0, A) -> float:

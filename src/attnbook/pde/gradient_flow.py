@@ -37,7 +37,12 @@ import torch
 from ..flows import check_times, odeint
 from ..validation import as_tensor, check_finite
 from .meanfield import optimal_matching
-from .particles import _check_x, _weights, interaction_energy
+from .particles import (
+    attention_matrix,
+    check_cloud,
+    interaction_energy,
+    particle_masses,
+)
 from .symbolic import sinkhorn_cross_covariance
 
 __all__ = [
@@ -108,8 +113,8 @@ def metric_tensor(A, V) -> tuple[np.ndarray, int]:
 
 
 def _cloud(x, weights):
-    X = _check_x(x).to(torch.float64)
-    w = _weights(X.shape[-2], weights, 0.0, X.dtype, X.device)
+    X = check_cloud(x).to(torch.float64)
+    w = particle_masses(X.shape[-2], weights, dtype=X.dtype, device=X.device)
     return X, w
 
 
@@ -204,11 +209,11 @@ class EnergyBalance:
 
 
 def energy_balance(
-    x0, t, *, A, V, step: float = 0.01, progress: bool | None = None
+    x0, t, *, A, V, step_size: float = 0.01, progress: bool | None = None
 ) -> EnergyBalance:
     r"""Integrate the softmax particles together with :math:`q(t) = s\int_0^t\|\Gamma\|^2_g`.
 
-    The augmented state :math:`(X, q)` is integrated by RK4 (step ``step``), so :math:`q` carries
+    The augmented state :math:`(X, q)` is integrated by RK4 (step ``step_size``), so :math:`q` carries
     the same discretisation as :math:`X`; :math:`E(X(t)) - E(X(0)) - q(t)` then vanishes to
     :math:`O(h^4)` exactly when :math:`dE/dt = s\|\Gamma\|_g^2`. ``x0``: ``(..., n, d)``, uniform masses.
     """
@@ -235,7 +240,7 @@ def energy_balance(
         ],
         dim=-1,
     )
-    traj = odeint(rhs, state0, times, method="rk4", step=step, progress=progress)
+    traj = odeint(rhs, state0, times, method="rk4", step_size=step_size, progress=progress)
     X = traj[..., :-1].reshape(len(times), *X0.shape)
     E = interaction_energy(X, A=At)
     return EnergyBalance(times, X.numpy(), np.asarray(E), traj[..., -1].numpy(), s)
@@ -327,9 +332,7 @@ def sinkhorn_self_cost_particles(x, A, *, tol: float = 1e-11) -> float:
     (``kind="sinkhorn"``): :math:`\sum_{ij}\pi_{ij}(-\langle Ax_i,x_j\rangle + \log\frac{\pi_{ij}}{w_iw_j})`.
     Converges to :func:`sinkhorn_self_cost` for Gaussian samples as :math:`n\to\infty`.
     """
-    from .particles import attention_matrix
-
-    X = _check_x(x).to(torch.float64)
+    X = check_cloud(x).to(torch.float64)
     if X.dim() != 2:
         raise ValueError(f"x must be one cloud (n, d), got shape {tuple(X.shape)}")
     n = X.shape[0]

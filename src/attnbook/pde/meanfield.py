@@ -33,8 +33,9 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from scipy.stats import norm
 
+from ..linalg import psd_sqrt
 from ..validation import as_float64_array, as_tensor, check_finite
-from .particles import _check_x, _interaction, _prepare
+from .particles import check_cloud, interaction_matrices, prepare_inputs
 
 __all__ = [
     "w2_to_gaussian_1d",
@@ -85,11 +86,6 @@ def w2_to_gaussian_1d(x, mean, var) -> np.ndarray:
     return np.sqrt(np.maximum(w2sq, 0.0))
 
 
-def _sqrtm_psd(S: np.ndarray) -> np.ndarray:
-    w, U = np.linalg.eigh((S + np.swapaxes(S, -1, -2)) / 2)
-    return (U * np.sqrt(np.clip(w, 0, None))[..., None, :]) @ np.swapaxes(U, -1, -2)
-
-
 def gelbrich_distance(x, mean, cov) -> np.ndarray:
     r"""Bures–Wasserstein distance between the clouds' moments and :math:`N(\text{mean}, \text{cov})`.
 
@@ -110,8 +106,8 @@ def gelbrich_distance(x, mean, cov) -> np.ndarray:
     mu = X.mean(-2)
     Z = X - mu[..., None, :]
     C = np.swapaxes(Z, -1, -2) @ Z / X.shape[-2]
-    R = _sqrtm_psd(C)
-    cross = _sqrtm_psd(R @ S @ R)
+    R = psd_sqrt(C)
+    cross = psd_sqrt((R @ S @ R + np.swapaxes(R @ S @ R, -1, -2)) / 2)
     tr = np.trace(C + S - 2 * cross, axis1=-2, axis2=-1)
     return np.sqrt(np.maximum(((mu - m) ** 2).sum(-1) + tr, 0.0))
 
@@ -208,7 +204,18 @@ def particle_jacobian(
     Sinkhorn is excluded (its fixed-point loop is not differentiated here).
     """
     is_numpy = isinstance(x, np.ndarray)
-    X, p, w = _prepare(x, kind, A, V, Q, K, heads, causal, weights, 0.0, bias)
+    X, p, w = prepare_inputs(
+        x,
+        kind=kind,
+        A=A,
+        V=V,
+        Q=Q,
+        K=K,
+        heads=heads,
+        causal=causal,
+        weights=weights,
+        bias=bias,
+    )
     if p.kind == "sinkhorn":
         raise ValueError("kind 'sinkhorn' is not supported by particle_jacobian")
     uniform = weights is None
@@ -216,7 +223,7 @@ def particle_jacobian(
 
     def field(flat):
         Y = flat.reshape(n, d)
-        P = _interaction(Y, p, w, causal, bias, 0.0, 1, uniform)
+        P = interaction_matrices(Y, p, w, causal=causal, bias=bias, uniform=uniform)
         return ((P @ (Y.unsqueeze(-3) @ p.V.mT)).sum(-3)).reshape(n * d)
 
     if p.kind == "softmax":
@@ -241,7 +248,7 @@ def _softmax_jacobian(X, p, w, causal, uniform) -> torch.Tensor:
     Memory :math:`O(n^2d^2)` instead of autograd's :math:`O(n^3 d)`.
     """
     n, d = X.shape[-2:]
-    P = _interaction(X, p, w, causal, 0.0, 0.0, 1, uniform)  # (..., H, n, n)
+    P = interaction_matrices(X, p, w, causal=causal, uniform=uniform)  # (..., H, n, n)
     Xh = X.unsqueeze(-3)  # (..., 1, n, d)
     Xk = Xh.unsqueeze(-3)  # (..., 1, 1, n, d)
     m = P @ Xh  # (..., H, n, d)
@@ -273,7 +280,7 @@ def one_sided_lipschitz(x, *, weights=None, **params):
     :math:`D = |X - Y|_w`. ``params``: as :func:`particle_jacobian`. Returns ``(...)``.
     """
     is_numpy = isinstance(x, np.ndarray)
-    X = _check_x(x)
+    X = check_cloud(x)
     J = torch.as_tensor(particle_jacobian(X, weights=weights, **params))
     n, d = X.shape[-2:]
     if weights is not None:
@@ -291,7 +298,7 @@ def coupling_distance(x, y, *, weights=None):
     with equality when ``y`` is ordered by :func:`optimal_matching`.
     """
     is_numpy = isinstance(x, np.ndarray)
-    X, Y = _check_x(x), _check_x(y)
+    X, Y = check_cloud(x), check_cloud(y, "y")
     if X.shape != Y.shape:
         raise ValueError(
             f"x and y must have the same shape, got {tuple(X.shape)} and {tuple(Y.shape)}"

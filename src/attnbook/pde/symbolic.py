@@ -35,6 +35,7 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
+from ..linalg import psd_sqrt
 from ..validation import check_choice
 
 __all__ = [
@@ -216,16 +217,11 @@ def _lambdified(kind: str):
     return sp.lambdify(der.arguments + (eye,), exprs, modules="numpy")
 
 
-def _psd_sqrt(S: np.ndarray) -> np.ndarray:
-    w, U = np.linalg.eigh((S + S.T) / 2)
-    return (U * np.sqrt(np.clip(w, 0, None))) @ U.T
-
-
 def sinkhorn_cross_covariance(cov: np.ndarray, A: np.ndarray) -> np.ndarray:
     r""":math:`C^\top = J_0\Sigma = 2\Sigma A\Sigma^{1/2}(I + M^{1/2})^{-1}\Sigma^{1/2}` (no Σ⁻¹: Σ may be singular)."""
-    R = _psd_sqrt(cov)
+    R = psd_sqrt(cov)
     M = np.eye(len(cov)) + 4 * R @ A.T @ cov @ A @ R
-    return 2 * cov @ A @ R @ np.linalg.solve(np.eye(len(cov)) + _psd_sqrt(M), R)
+    return 2 * cov @ A @ R @ np.linalg.solve(np.eye(len(cov)) + psd_sqrt(M), R)
 
 
 def moment_rhs(
