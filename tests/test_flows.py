@@ -13,7 +13,9 @@ torch.set_num_threads(1)
 
 def _lotka(t, y):
     a, b = y[..., 0], y[..., 1]
-    return torch.stack([a - 0.5 * a * b, -b + 0.3 * a * b + 0.1 * torch.sin(t + 0 * a)], -1)
+    return torch.stack(
+        [a - 0.5 * a * b, -b + 0.3 * a * b + 0.1 * torch.sin(t + 0 * a)], -1
+    )
 
 
 def _lotka_np(t, y):
@@ -59,14 +61,18 @@ def test_blowup_convention_is_one_class_with_partial():
     t = np.linspace(0, 2, 21)
     for method, opts in (("rk4", dict(step_size=1e-3)), ("dopri5", {})):
         with pytest.raises(BlowUpError) as info:
-            odeint(riccati, torch.ones(1, dtype=torch.float64), t, method=method, **opts)
+            odeint(
+                riccati, torch.ones(1, dtype=torch.float64), t, method=method, **opts
+            )
         err = info.value
         assert 0.99 < err.time <= 1.0 + 1e-3
         assert err.partial.shape == (len(err.times), 1)
         np.testing.assert_allclose(err.times.numpy(), t[: len(err.times)])
         early = err.times.numpy() < 0.9
         np.testing.assert_allclose(
-            err.partial[early, 0].numpy(), 1 / (1 - t[: len(err.times)][early]), rtol=1e-6
+            err.partial[early, 0].numpy(),
+            1 / (1 - t[: len(err.times)][early]),
+            rtol=1e-6,
         )
 
 
@@ -83,8 +89,12 @@ def test_dopri5_hits_requested_times_and_solve_ivp_final_value():
         return -0.7 * y
 
     t = [0.0, 0.3, 1.1, 2.0]
-    out = odeint_dopri5(lin, torch.tensor([1.0, -2.0], dtype=torch.float64), t, rtol=1e-10)
-    sol = solve_ivp(lambda _t, y: -0.7 * y, (0, 2), [1.0, -2.0], t_eval=t, rtol=1e-12, atol=1e-14)
+    out = odeint_dopri5(
+        lin, torch.tensor([1.0, -2.0], dtype=torch.float64), t, rtol=1e-10
+    )
+    sol = solve_ivp(
+        lambda _t, y: -0.7 * y, (0, 2), [1.0, -2.0], t_eval=t, rtol=1e-12, atol=1e-14
+    )
     np.testing.assert_allclose(out.numpy(), sol.y.T, rtol=1e-7)
 
 

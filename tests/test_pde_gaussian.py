@@ -105,7 +105,7 @@ def test_sinkhorn_moment_rhs_matches_pot_on_samples():
     """Σ' and α' of the Sinkhorn closure against particles whose plan is POT's (a = b = w)."""
     import ot
 
-    d, n = 2, 1200
+    n = 1200
     m, S = np.array([0.4, -0.2]), np.array([[0.9, -0.2], [-0.2, 0.5]])
     A = np.array([[0.5, 0.3], [-0.1, 0.7]])
     V = np.array([[1.0, 0.4], [-0.2, 0.8]])
@@ -294,7 +294,13 @@ def test_blowup_told_from_exponential_growth():
     assert "growth" in fl.message and np.all(np.isfinite(fl.cov))
     # the same with a lower threshold: the crossing time moves, the verdict does not
     low = gaussian_flow(
-        fl.mean[0], fl.cov[0], np.linspace(0, 20, 21), kind="l2", Q=Q, K=-Q, V=V,
+        fl.mean[0],
+        fl.cov[0],
+        np.linspace(0, 20, 21),
+        kind="l2",
+        Q=Q,
+        K=-Q,
+        V=V,
         blowup_threshold=1e5,
     )
     assert low.grew and low.threshold_time < fl.threshold_time - 0.5 / lam

@@ -71,7 +71,9 @@ def test_twisted_velocity_and_energy_identity(case):
 
 def test_energy_balance_integrates_the_identity():
     x0 = RNG.normal(size=(2, 40, 2)) * 0.6
-    eb = energy_balance(x0, np.linspace(0, 1, 6), A=-np.eye(2), V=np.eye(2), step_size=0.01)
+    eb = energy_balance(
+        x0, np.linspace(0, 1, 6), A=-np.eye(2), V=np.eye(2), step_size=0.01
+    )
     assert eb.energy.shape == (6, 2) and eb.sign == -1
     assert np.all(np.diff(eb.energy, axis=0) < 0)  # E decreases
     assert np.abs(eb.residual).max() < 1e-8 * np.abs(eb.energy).max()

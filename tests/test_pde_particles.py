@@ -12,11 +12,11 @@ from attnbook.pde import (
     KINDS,
     attention_matrix,
     check_cloud,
+    interaction_energy,
     interaction_matrices,
     particle_masses,
-    prepare_inputs,
-    interaction_energy,
     partition_function,
+    prepare_inputs,
     sample_gaussian,
     simulate,
     sink_weights,
@@ -227,7 +227,8 @@ def test_rk4_is_fourth_order_and_matches_dopri5():
     e2 = np.abs(simulate(x0, t, kind="softmax", A=A, step_size=0.1)[-1] - ref).max()
     assert 10 < e1 / e2 < 24  # 2^4 = 16
     assert (
-        np.abs(simulate(x0, t, kind="softmax", A=A, step_size=0.01)[-1] - ref).max() < 1e-8
+        np.abs(simulate(x0, t, kind="softmax", A=A, step_size=0.01)[-1] - ref).max()
+        < 1e-8
     )
 
 
@@ -267,14 +268,18 @@ def test_sphere_projection_keeps_norms():
     x0 /= np.linalg.norm(x0, axis=1, keepdims=True)
     v = velocity(x0, kind="softmax", A=4 * np.eye(3), sphere=True)
     np.testing.assert_allclose(np.sum(v * x0, axis=1), 0, atol=1e-12)
-    tr = simulate(x0, [0, 1.0], kind="softmax", A=4 * np.eye(3), sphere=True, step_size=0.01)
+    tr = simulate(
+        x0, [0, 1.0], kind="softmax", A=4 * np.eye(3), sphere=True, step_size=0.01
+    )
     np.testing.assert_allclose(np.linalg.norm(tr[-1], axis=1), 1, atol=1e-6)
 
 
 def test_energy_decreases_for_V_I_A_minus_I():
     """Symmetric A, V A^{-1} = -I negative definite: E is monotone (decreasing) along the flow."""
     x0 = RNG.normal(size=(40, 2))
-    tr = simulate(x0, np.linspace(0, 2, 21), kind="softmax", A=-np.eye(2), step_size=0.02)
+    tr = simulate(
+        x0, np.linspace(0, 2, 21), kind="softmax", A=-np.eye(2), step_size=0.02
+    )
     E = np.array([interaction_energy(x, A=-np.eye(2)) for x in tr])
     assert np.all(np.diff(E) < 0)
     Z = partition_function(x0, A=-np.eye(2))

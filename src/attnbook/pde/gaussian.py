@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..attention import resolve_kind
 from ..errors import BlowUpError
 from ..flows import check_times, odeint_dopri5
-from ..validation import as_float64_array, check_positive
-from ..attention import resolve_kind
 from ..linalg import check_psd
+from ..validation import as_float64_array, check_positive
 from .particles import resolve_params
 from .symbolic import moment_rhs
 
@@ -64,7 +64,9 @@ class GaussianFlow:
     blowup_time: float | None  #: time of a finite-time singularity, else None
     kind: str
     message: str = ""
-    growth_rate: float | None = None  #: rate r of |entries| ~ e^{rt} when growth, else None
+    growth_rate: float | None = (
+        None  #: rate r of |entries| ~ e^{rt} when growth, else None
+    )
     threshold_time: float | None = None  #: first crossing of the threshold, else None
     wall_s: float = 0.0  #: wall-clock seconds of the call
 

@@ -240,7 +240,9 @@ def energy_balance(
         ],
         dim=-1,
     )
-    traj = odeint(rhs, state0, times, method="rk4", step_size=step_size, progress=progress)
+    traj = odeint(
+        rhs, state0, times, method="rk4", step_size=step_size, progress=progress
+    )
     X = traj[..., :-1].reshape(len(times), *X0.shape)
     E = interaction_energy(X, A=At)
     return EnergyBalance(times, X.numpy(), np.asarray(E), traj[..., -1].numpy(), s)

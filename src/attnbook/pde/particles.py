@@ -582,7 +582,10 @@ def simulate(
         traj = odeint(rhs, X0, times, method=method, **opts)
     except BlowUpError as err:
         raise BlowUpError(
-            f"kind={p.kind!r}: {err}", time=err.time, partial=err.partial, times=err.times
+            f"kind={p.kind!r}: {err}",
+            time=err.time,
+            partial=err.partial,
+            times=err.times,
         ) from None
     return traj.cpu().numpy() if is_numpy else traj
 
