@@ -323,8 +323,9 @@ def test_bad_inputs_raise():
 
 def test_public_input_helpers(cloud):
     x, A, V = cloud
-    X, p, w = prepare_inputs(x, kind="multi-head", A=np.stack([A, A]), V=V)
-    assert p.kind == "softmax" and p.heads == 2 and w.shape == (9,)
+    li = prepare_inputs(x, kind="multi-head", A=np.stack([A, A]), V=V)
+    X, p, w = li.X, li.params, li.masses
+    assert p.kind == "softmax" and p.heads == 2 and w.shape == (9,) and li.uniform
     torch.testing.assert_close(w, torch.full((9,), 1 / 9, dtype=torch.float64))
     P = interaction_matrices(X, p, w)
     assert P.shape == (2, 9, 9)

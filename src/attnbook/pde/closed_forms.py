@@ -122,20 +122,19 @@ def clustering_limit(cov0, A, tol: float = 1e-10) -> np.ndarray:
     return U @ np.linalg.inv(U.T @ np.linalg.inv(S) @ U) @ U.T
 
 
+def _floats(*arrays):
+    return tuple(np.asarray(z, float) for z in arrays)
+
+
 def softmax_moment_rhs(mean, cov, A, V):
     r""":math:`\dot\alpha = V(I + \Sigma A)\alpha`, :math:`\dot\Sigma = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top`."""
-    a, S, A, V = (
-        np.asarray(mean, float),
-        np.asarray(cov, float),
-        np.asarray(A, float),
-        np.asarray(V, float),
-    )
+    a, S, A, V = _floats(mean, cov, A, V)
     return V @ (a + S @ A @ a), V @ S @ A @ S + S @ A.T @ S @ V.T
 
 
 def l2_moment_rhs(mean, cov, Q, K, V):
     r"""ℓ² kernel :math:`e^{-|Qx-Ky|^2}`: :math:`\Gamma(x) = V(I + 2\Sigma K^\top K)^{-1}(\alpha + 2\Sigma K^\top Qx)`."""
-    a, S, Q, K, V = (np.asarray(z, float) for z in (mean, cov, Q, K, V))
+    a, S, Q, K, V = _floats(mean, cov, Q, K, V)
     Minv = np.linalg.inv(np.eye(len(S)) + 2 * S @ K.T @ K)
     J = 2 * V @ Minv @ S @ K.T @ Q
     return V @ Minv @ (a + 2 * S @ K.T @ Q @ a), J @ S + S @ J.T
@@ -143,12 +142,7 @@ def l2_moment_rhs(mean, cov, Q, K, V):
 
 def linear_moment_rhs(mean, cov, A, V):
     r""":math:`\dot\alpha = V(\Sigma + \alpha\alpha^\top)A\alpha`, :math:`\dot\Sigma = V(\Sigma+\alpha\alpha^\top)A\Sigma + \text{transpose}`."""
-    a, S, A, V = (
-        np.asarray(mean, float),
-        np.asarray(cov, float),
-        np.asarray(A, float),
-        np.asarray(V, float),
-    )
+    a, S, A, V = _floats(mean, cov, A, V)
     J = V @ (S + np.outer(a, a)) @ A
     return J @ a, J @ S + S @ J.T
 
@@ -158,12 +152,7 @@ def sinkhorn_moment_rhs(mean, cov, A, V):
 
     :math:`\dot\alpha = V\alpha`, :math:`\dot\Sigma = VJ_0\Sigma + \Sigma J_0^\top V^\top` (needs Σ ≻ 0).
     """
-    a, S, A, V = (
-        np.asarray(mean, float),
-        np.asarray(cov, float),
-        np.asarray(A, float),
-        np.asarray(V, float),
-    )
+    a, S, A, V = _floats(mean, cov, A, V)
     R = psd_sqrt(S)
     M = np.eye(len(S)) + 4 * R @ A.T @ S @ A @ R
     J0 = 2 * S @ A @ R @ np.linalg.inv(np.eye(len(S)) + psd_sqrt(M)) @ np.linalg.inv(R)

@@ -138,19 +138,15 @@ def gaussian_flow(
     t,
     *,
     kind: str,
-    A=None,
-    V=None,
-    Q=None,
-    K=None,
-    heads=None,
     rtol: float = 1e-10,
     atol: float = 1e-12,
     blowup_threshold: float = 1e8,
+    **params,
 ) -> GaussianFlow:
     r"""Mean and covariance of the Gaussian solution of the Transformer PDE at the times ``t``.
 
-    ``kind``: softmax, l2, sinkhorn, linear or multihead (softmax heads); the parameters are
-    those of :func:`attnbook.pde.velocity` (defaults ``A = V = I``). ``t`` strictly increasing,
+    ``kind``: softmax, l2, sinkhorn, linear or multihead (softmax heads); ``params``: ``A, V,
+    Q, K, heads`` as in :func:`attnbook.pde.velocity` (defaults ``A = V = I``). ``t`` strictly increasing,
     ``t[0]`` the time of ``(mean0, cov0)``. Integrated by :func:`attnbook.flows.odeint_dopri5`.
 
     When an entry of :math:`lpha` or :math:`\Sigma` first exceeds ``blowup_threshold``
@@ -176,7 +172,7 @@ def gaussian_flow(
             "Gaussian); simulate particles instead"
         )
     M = check_positive(blowup_threshold, "blowup_threshold")
-    field = moment_field(kind, d, A=A, V=V, Q=Q, K=K, heads=heads)
+    field = moment_field(kind, d, **params)
     kind = resolve_kind(kind, GAUSSIAN_FLOW_KINDS)
 
     def rhs(_t, y):

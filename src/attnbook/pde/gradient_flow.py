@@ -118,6 +118,16 @@ def _cloud(x, weights):
     return X, w
 
 
+def _cloud_and_velocity(x, v, weights):
+    X, w = _cloud(x, weights)
+    vt = check_finite(as_tensor(v, "v"), "v").to(X)
+    if vt.shape != X.shape:
+        raise ValueError(
+            f"v must have the shape of x {tuple(X.shape)}, got {tuple(vt.shape)}"
+        )
+    return X, w, vt
+
+
 def partition_gradient(x, *, A, weights=None):
     r""":math:`Z_\mu(x_i)` and :math:`\nabla_x Z_\mu(x_i)` (the measure held fixed), by autograd.
 
@@ -155,12 +165,7 @@ def twisted_velocity(x, *, A, V, weights=None):
 def metric_norm_sq(x, v, *, A, V, weights=None):
     r""":math:`\|v\|_g^2 = \sum_i w_i Z_\mu(x_i)\langle v_i, (sS)^{-1}v_i\rangle`, batched ``(...)``."""
     is_numpy = isinstance(x, np.ndarray)
-    X, w = _cloud(x, weights)
-    vt = check_finite(as_tensor(v, "v"), "v").to(X)
-    if vt.shape != X.shape:
-        raise ValueError(
-            f"v must have the shape of x {tuple(X.shape)}, got {tuple(vt.shape)}"
-        )
+    X, w, vt = _cloud_and_velocity(x, v, weights)
     S, s = metric_tensor(A, V)
     Minv = torch.linalg.inv(torch.as_tensor(s * S)).to(X)
     Z, _ = partition_gradient(X, A=A, weights=weights)
@@ -175,12 +180,7 @@ def energy_rate(x, v, *, A, weights=None):
     :math:`s\|v\|_g^2` (:func:`metric_norm_sq`). Batched ``(...)``.
     """
     is_numpy = isinstance(x, np.ndarray)
-    X, w = _cloud(x, weights)
-    vt = check_finite(as_tensor(v, "v"), "v").to(X)
-    if vt.shape != X.shape:
-        raise ValueError(
-            f"v must have the shape of x {tuple(X.shape)}, got {tuple(vt.shape)}"
-        )
+    X, w, vt = _cloud_and_velocity(x, v, weights)
     At = _square(A, "A", X.shape[-1])
     Xg = X.detach().clone().requires_grad_(True)
     with torch.enable_grad():

@@ -183,51 +183,32 @@ def fit_rate(n, values) -> RateFit:
     return RateFit(float(slope), float(np.exp(icpt)), stderr, N, Y)
 
 
-def particle_jacobian(
-    x,
-    *,
-    kind: str = "softmax",
-    A=None,
-    V=None,
-    Q=None,
-    K=None,
-    heads=None,
-    causal: bool = False,
-    weights=None,
-    bias: float = 0.0,
-):
+def particle_jacobian(x, *, kind: str = "softmax", **layer):
     r"""Jacobian of the particle velocity field :math:`X \mapsto (\Gamma_{\mu_X}(x_i))_i`.
 
-    ``x``: ``(n, d)`` or batched ``(..., n, d)``; returns ``(..., n d, n d)`` with rows and columns
-    ordered token-major (entry ``(i d + a, j d + b)`` is :math:`\partial \dot x_{i,a}/\partial x_{j,b}`),
-    computed by automatic differentiation (``torch.func.jacrev``, vectorised over the batch).
-    Sinkhorn is excluded (its fixed-point loop is not differentiated here).
+    ``x``: ``(n, d)`` or batched ``(..., n, d)``; ``layer``: the keywords of
+    :func:`attnbook.pde.velocity` (``A, V, Q, K, heads, causal, weights, bias``). Returns
+    ``(..., n d, n d)`` with rows and columns ordered token-major (entry ``(i d + a, j d + b)``
+    is :math:`\partial \dot x_{i,a}/\partial x_{j,b}`): the closed form for softmax, else
+    automatic differentiation (``torch.func.jacrev``, vectorised over the batch). Sinkhorn is
+    excluded (its fixed-point loop is not differentiated here).
     """
     is_numpy = isinstance(x, np.ndarray)
-    X, p, w = prepare_inputs(
-        x,
-        kind=kind,
-        A=A,
-        V=V,
-        Q=Q,
-        K=K,
-        heads=heads,
-        causal=causal,
-        weights=weights,
-        bias=bias,
-    )
+    li = prepare_inputs(x, kind=kind, **layer)
+    X, p, w, causal = li.X, li.params, li.masses, li.causal
     if p.kind == "sinkhorn":
         raise ValueError("kind 'sinkhorn' is not supported by particle_jacobian")
-    uniform = weights is None
     n, d = X.shape[-2:]
 
     def field(flat):
         Y = flat.reshape(n, d)
-        P = interaction_matrices(Y, p, w, causal=causal, bias=bias, uniform=uniform)
+        P = interaction_matrices(
+            Y, p, w, causal=causal, bias=li.bias, uniform=li.uniform
+        )
         return ((P @ (Y.unsqueeze(-3) @ p.V.mT)).sum(-3)).reshape(n * d)
 
     if p.kind == "softmax":
-        J = _softmax_jacobian(X, p, w, causal, uniform)
+        J = _softmax_jacobian(X, p, w, causal, li.uniform)
     else:
         jac = torch.func.jacrev(field)
         flat = X.reshape(-1, n * d)

@@ -74,6 +74,7 @@ __all__ = [
     "particle_masses",
     "check_cloud",
     "prepare_inputs",
+    "LayerInputs",
     "interaction_matrices",
     "BlowUpError",
 ]
@@ -227,6 +228,18 @@ def sink_weights(
     return w
 
 
+@dataclass(frozen=True)
+class LayerInputs:
+    """Checked inputs of one attention layer on a cloud (from :func:`prepare_inputs`)."""
+
+    X: torch.Tensor  #: tokens (..., n, d)
+    params: AttentionParams  #: per-head A, V (and ℓ² key Gram matrices)
+    masses: torch.Tensor  #: (n,) token masses
+    causal: bool
+    bias: float
+    uniform: bool  #: all masses equal (no log-mass bias needed)
+
+
 def particle_masses(
     n: int, weights=None, sink_mass: float = 0.0, *, dtype=torch.float64, device="cpu"
 ) -> torch.Tensor:
@@ -274,10 +287,11 @@ def prepare_inputs(
     sink_mass=0.0,
     bias=0.0,
 ):
-    """Checked ``(X, params, masses)`` for the particle functions (validated once per call).
+    """Checked :class:`LayerInputs` for the particle functions (validated once per call).
 
     The argument checks shared by :func:`attention_matrix`, :func:`velocity`,
-    :func:`simulate` and :func:`attnbook.pde.particle_jacobian`.
+    :func:`simulate` and :func:`attnbook.pde.particle_jacobian`; their ``**layer`` keywords
+    are the keywords here.
     """
     X = check_cloud(x)
     if not isinstance(causal, bool):
@@ -298,7 +312,7 @@ def prepare_inputs(
             "lower-triangular matrix is the identity"
         )
     w = particle_masses(n, weights, sink_mass, dtype=X.dtype, device=X.device)
-    return X, p, w
+    return LayerInputs(X, p, w, causal, float(bias), weights is None and not sink_mass)
 
 
 def _sinkhorn_options(dtype, tol, n_iters):
@@ -333,7 +347,7 @@ def interaction_matrices(
 ) -> torch.Tensor:
     """The matrices :math:`P^h_{ij}` (see :func:`attention_matrix`) on checked inputs.
 
-    ``X, p, w`` as returned by :func:`prepare_inputs` (no validation here: the inner loop of
+    ``X, p, w`` as in :class:`LayerInputs` (no validation here: the inner loop of
     solvers and Jacobians). ``uniform``: the masses are all equal (skips the log-mass bias).
     """
     sink_tol, sink_iter = sinkhorn_tol, n_sinkhorn_iters
@@ -402,108 +416,68 @@ def _field(X, p, w, causal, bias, sink_tol, sink_iter, sphere, uniform) -> torch
 def attention_matrix(
     x,
     *,
-    kind: str,
-    A=None,
-    V=None,
-    Q=None,
-    K=None,
-    heads=None,
-    causal: bool = False,
-    weights=None,
-    sink_mass: float = 0.0,
-    bias: float = 0.0,
     sinkhorn_tol: float | None = None,
     n_sinkhorn_iters: int = 2000,
+    **layer,
 ):
     r"""The interaction matrices :math:`P^h_{ij}` with :math:`\dot x_i = \sum_h \sum_j P^h_{ij} V_h x_j`.
 
     Shape ``(..., H, n, n)``. Rows sum to one for softmax, ℓ², Sinkhorn and multihead
     (:math:`P_{ij} \propto w_j e^{\text{score}_{ij}}`); for sigmoid
     :math:`P_{ij} = w_j\sigma(\langle Ax_i,x_j\rangle + b)`, for linear
-    :math:`P_{ij} = w_j\langle Ax_i, x_j\rangle`. Same arguments as :func:`velocity`.
+    :math:`P_{ij} = w_j\langle Ax_i, x_j\rangle`. ``layer``: the keywords of :func:`velocity`
+    (``kind`` required; ``A, V, Q, K, heads, causal, weights, sink_mass, bias``).
     """
     is_numpy = isinstance(x, np.ndarray)
-    X, p, w = prepare_inputs(
-        x,
-        kind=kind,
-        A=A,
-        V=V,
-        Q=Q,
-        K=K,
-        heads=heads,
-        causal=causal,
-        weights=weights,
-        sink_mass=sink_mass,
-        bias=bias,
-    )
-    tol, it = _sinkhorn_options(X.dtype, sinkhorn_tol, n_sinkhorn_iters)
+    li = prepare_inputs(x, **layer)
+    tol, it = _sinkhorn_options(li.X.dtype, sinkhorn_tol, n_sinkhorn_iters)
     P = interaction_matrices(
-        X,
-        p,
-        w,
-        causal=causal,
-        bias=bias,
+        li.X,
+        li.params,
+        li.masses,
+        causal=li.causal,
+        bias=li.bias,
         sinkhorn_tol=tol,
         n_sinkhorn_iters=it,
-        uniform=weights is None and not sink_mass,
+        uniform=li.uniform,
     )
     return P.cpu().numpy() if is_numpy else P
+
+
+def _field_of(li: LayerInputs, sphere: bool, sinkhorn_tol, n_sinkhorn_iters):
+    """The unchecked velocity ``X -> Γ(X)`` of a checked layer (the integrator's inner loop)."""
+    tol, it = _sinkhorn_options(li.X.dtype, sinkhorn_tol, n_sinkhorn_iters)
+    p, w, causal, bias, uniform = li.params, li.masses, li.causal, li.bias, li.uniform
+
+    def field(X):
+        return _field(X, p, w, causal, bias, tol, it, sphere, uniform)
+
+    return field
 
 
 def velocity(
     x,
     *,
-    kind: str,
-    A=None,
-    V=None,
-    Q=None,
-    K=None,
-    heads=None,
-    causal: bool = False,
-    weights=None,
-    sink_mass: float = 0.0,
-    bias: float = 0.0,
     sphere: bool = False,
     sinkhorn_tol: float | None = None,
     n_sinkhorn_iters: int = 2000,
+    **layer,
 ):
     r"""Velocity :math:`\Gamma_{\mu_n}(x_i) = \sum_h \sum_j P^h_{ij} V_h x_j` of every token.
 
-    ``x``: ``(n, d)`` or ``(..., n, d)`` (NumPy in → NumPy out). ``kind`` is one of
-    :data:`KINDS`; see the module docstring for ``A, V, Q, K, heads, causal, sink_mass``.
-    ``weights``: particle masses ``(n,)`` (positive, summing to one; default ``1/n``).
-    ``bias``: the sigmoid's :math:`b`. ``sphere=True`` projects the velocity on the tangent
-    space of the sphere, :math:`v_i - \langle v_i, x_i\rangle x_i/|x_i|^2` (the dynamics of
-    tokens normalised at every layer). Returns the same shape as ``x``.
+    ``x``: ``(n, d)`` or ``(..., n, d)`` (NumPy in → NumPy out). ``layer``: ``kind`` (one of
+    :data:`KINDS`, required) and ``A, V, Q, K, heads, causal, weights, sink_mass, bias`` (see
+    the module docstring and :func:`prepare_inputs`). ``weights``: particle masses ``(n,)``
+    (positive, summing to one; default ``1/n``). ``bias``: the sigmoid's :math:`b`.
+    ``sphere=True`` projects the velocity on the tangent space of the sphere,
+    :math:`v_i - \langle v_i, x_i\rangle x_i/|x_i|^2` (the dynamics of tokens normalised at
+    every layer). Returns the same shape as ``x``.
     """
     is_numpy = isinstance(x, np.ndarray)
     if not isinstance(sphere, bool):
         raise TypeError(f"sphere must be a bool, got {type(sphere).__name__}")
-    X, p, w = prepare_inputs(
-        x,
-        kind=kind,
-        A=A,
-        V=V,
-        Q=Q,
-        K=K,
-        heads=heads,
-        causal=causal,
-        weights=weights,
-        sink_mass=sink_mass,
-        bias=bias,
-    )
-    tol, it = _sinkhorn_options(X.dtype, sinkhorn_tol, n_sinkhorn_iters)
-    out = _field(
-        X,
-        p,
-        w,
-        causal,
-        bias,
-        tol,
-        it,
-        sphere,
-        uniform=weights is None and not sink_mass,
-    )
+    li = prepare_inputs(x, **layer)
+    out = _field_of(li, sphere, sinkhorn_tol, n_sinkhorn_iters)(li.X)
     return out.cpu().numpy() if is_numpy else out
 
 
@@ -511,16 +485,6 @@ def simulate(
     x0,
     t,
     *,
-    kind: str,
-    A=None,
-    V=None,
-    Q=None,
-    K=None,
-    heads=None,
-    causal: bool = False,
-    weights=None,
-    sink_mass: float = 0.0,
-    bias: float = 0.0,
     sphere: bool = False,
     method: str = "rk4",
     step_size: float = 0.01,
@@ -532,13 +496,15 @@ def simulate(
     n_sinkhorn_iters: int = 2000,
     device=None,
     progress: bool | None = None,
+    **layer,
 ):
     r"""Token positions :math:`x_i(t)` of :math:`\dot x_i = \Gamma_{\mu_n(t)}(x_i)` at the times ``t``.
 
     ``x0``: ``(n, d)`` or a batch ``(..., n, d)`` of independent systems, integrated together.
-    ``t``: strictly increasing times, ``t[0]`` the time of ``x0``. ``method="rk4"`` (fixed step
-    at most ``step_size``) or ``"dopri5"`` (adaptive, ``rtol``/``atol``), both through
-    :mod:`attnbook.flows`. ``device``: where to compute (default: ``x0``'s device for a tensor,
+    ``t``: strictly increasing times, ``t[0]`` the time of ``x0``. ``layer``: the keywords of
+    :func:`velocity` (``kind`` required). ``method="rk4"`` (fixed step at most ``step_size``)
+    or ``"dopri5"`` (adaptive, ``rtol``/``atol``), both through :mod:`attnbook.flows`.
+    ``device``: where to compute (default: ``x0``'s device for a tensor,
     :func:`attnbook.device.default_device` for NumPy input). Returns ``(len(t), ..., n, d)`` —
     NumPy for NumPy input. Arguments are validated once per call; the integrator's inner loop
     calls the unchecked field. A state that stops being finite or exceeds ``max_abs``
@@ -552,26 +518,13 @@ def simulate(
         raise TypeError(f"sphere must be a bool, got {type(sphere).__name__}")
     X0 = check_cloud(x0, "x0")
     dev = default_device(device) if (device is not None or is_numpy) else X0.device
-    X0, p, w = prepare_inputs(
-        X0.to(dev),
-        kind=kind,
-        A=A,
-        V=V,
-        Q=Q,
-        K=K,
-        heads=heads,
-        causal=causal,
-        weights=weights,
-        sink_mass=sink_mass,
-        bias=bias,
-    )
+    li = prepare_inputs(X0.to(dev), **layer)
     times = check_times(t)
     method = check_choice(method, "method", ("rk4", "dopri5"))
-    tol, it = _sinkhorn_options(X0.dtype, sinkhorn_tol, n_sinkhorn_iters)
-    uniform = weights is None and not sink_mass
+    field = _field_of(li, sphere, sinkhorn_tol, n_sinkhorn_iters)
 
     def rhs(_t, X):
-        return _field(X, p, w, causal, bias, tol, it, sphere, uniform)
+        return field(X)
 
     opts = dict(max_abs=max_abs, progress=progress)
     if method == "rk4":
@@ -579,10 +532,10 @@ def simulate(
     else:
         opts.update(rtol=rtol, atol=atol)
     try:
-        traj = odeint(rhs, X0, times, method=method, **opts)
+        traj = odeint(rhs, li.X, times, method=method, **opts)
     except BlowUpError as err:
         raise BlowUpError(
-            f"kind={p.kind!r}: {err}",
+            f"kind={li.params.kind!r}: {err}",
             time=err.time,
             partial=err.partial,
             times=err.times,
