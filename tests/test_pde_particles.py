@@ -354,3 +354,18 @@ def test_sample_gaussian_seed_convention():
     c = sample_gaussian(4, [0.0], [[1.0]])
     torch.manual_seed(5)
     torch.testing.assert_close(c, sample_gaussian(4, [0.0], [[1.0]]))
+
+
+def test_cloud_statistics():
+    from attnbook.pde import eigenvalue_ratio, empirical_cov, numerical_rank
+
+    x = RNG.normal(size=(3, 50, 2))
+    C = empirical_cov(x)
+    np.testing.assert_allclose(C[1], np.cov(x[1].T, bias=True), rtol=1e-12)
+    S = np.diag([0.5, 2.0])
+    assert eigenvalue_ratio(S) == pytest.approx(0.25)
+    np.testing.assert_allclose(eigenvalue_ratio(np.stack([S, np.eye(2)])), [0.25, 1.0])
+    assert isinstance(eigenvalue_ratio(torch.eye(2)), torch.Tensor)
+    np.testing.assert_array_equal(
+        numerical_rank(np.stack([np.diag([1.0, 1e-5, 2.0]), np.eye(3)])), [2, 3]
+    )

@@ -12,6 +12,7 @@
   Bures–Wasserstein gradient flow, W₂ geodesics.
 """
 
+from .clouds import eigenvalue_ratio, empirical_cov, numerical_rank
 from .closed_forms import (
     clustering_limit,
     identity_value_blowup_time,
@@ -76,6 +77,9 @@ from .symbolic import derive_moment_equations, moment_rhs
 from .wasserstein import bures_wasserstein, conditional_w2, w2_particles
 
 __all__ = [
+    "eigenvalue_ratio",
+    "empirical_cov",
+    "numerical_rank",
     "KINDS",
     "AttentionParams",
     "BlowUpError",
