@@ -321,3 +321,31 @@ def test_l2_full_rank_key_map_grows_at_most_exponentially():
     c = np.linalg.norm(np.linalg.inv(K.T @ K), 2) * np.linalg.norm(K.T @ Q, 2)
     assert not fl.blew_up and len(fl.t) == len(t)
     assert np.all(np.linalg.eigvalsh(fl.cov)[:, -1] <= np.exp(2 * c * t) * (1 + 1e-9))
+
+
+def test_quadrature_velocity_and_affine_residual():
+    from attnbook.pde import affine_residual, closed_form_gaps, velocity_on_gaussian_1d
+
+    xs = np.linspace(-1.0, 1.0, 21)
+    soft = velocity_on_gaussian_1d(xs, 0.3, 0.8, a=2.0, v=1.5)
+    np.testing.assert_allclose(soft, 1.5 * (0.3 + 2.0 * 0.64 * xs), rtol=1e-10)
+    assert affine_residual(xs, soft) < 1e-10
+    sig = velocity_on_gaussian_1d(xs, 0.3, 0.8, a=2.0, kind="sigmoid")
+    mc_y = np.random.default_rng(0).normal(0.3, 0.8, size=400_000)
+    mc = np.mean(mc_y / (1 + np.exp(-2.0 * 0.5 * mc_y)))
+    assert (
+        abs(velocity_on_gaussian_1d([0.5], 0.3, 0.8, a=2.0, kind="sigmoid")[0] - mc)
+        < 5e-3
+    )
+    assert affine_residual(xs, sig) > 0.01
+    assert max(closed_form_gaps(0, dims=(1, 3)).values()) < 1e-9
+
+
+def test_plot_helpers():
+    from attnbook.pde import plots
+
+    pts = plots.gaussian_ellipse([1.0, 0.0], np.diag([4.0, 1.0]), k=1.0)
+    assert pts.shape == (2, 100) and np.isclose(pts[0].max(), 3.0, atol=1e-3)
+    np.testing.assert_allclose(
+        plots.cone_coordinates(np.array([[2.0, 0.5], [0.5, 1.0]])), [1.0, 1.0, 3.0]
+    )

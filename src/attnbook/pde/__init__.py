@@ -12,7 +12,7 @@
   Bures–Wasserstein gradient flow, W₂ geodesics.
 """
 
-from .clouds import eigenvalue_ratio, empirical_cov, numerical_rank
+from . import plots
 from .closed_forms import (
     clustering_limit,
     identity_value_blowup_time,
@@ -21,6 +21,7 @@ from .closed_forms import (
     scalar_softmax_mean,
     scalar_softmax_variance,
 )
+from .clouds import eigenvalue_ratio, empirical_cov, numerical_rank
 from .gaussian import (
     GAUSSIAN_FLOW_KINDS,
     CovarianceFlow,
@@ -73,10 +74,15 @@ from .particles import (
     sink_weights,
     velocity,
 )
-from .symbolic import derive_moment_equations, moment_rhs
+from .quadrature import affine_residual, velocity_on_gaussian_1d
+from .symbolic import closed_form_gaps, derive_moment_equations, moment_rhs
 from .wasserstein import bures_wasserstein, conditional_w2, w2_particles
 
 __all__ = [
+    "plots",
+    "affine_residual",
+    "velocity_on_gaussian_1d",
+    "closed_form_gaps",
     "eigenvalue_ratio",
     "empirical_cov",
     "numerical_rank",

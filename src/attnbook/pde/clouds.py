@@ -5,7 +5,6 @@ Batched over leading dimensions; NumPy in → NumPy out (tensors stay tensors).
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ..validation import as_tensor, check_finite
