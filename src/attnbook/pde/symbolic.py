@@ -359,3 +359,13 @@ def closed_form_gaps(seed: int, dims=range(1, 6)) -> dict[str, float]:
             gap = max(np.abs(m1 - m2).max(), np.abs(S1 - S2).max() / np.abs(S2).max())
             worst[kd] = max(worst[kd], float(gap))
     return worst
+
+
+def display_steps(derivation: Derivation) -> None:
+    """Show a derivation's steps one per line as LaTeX (in a notebook)."""
+    from IPython.display import Math, display
+
+    for text, expr in derivation.steps:
+        display(
+            Math(r"\text{" + text.replace("_", r"\_") + r"}:\quad " + sp.latex(expr))
+        )
