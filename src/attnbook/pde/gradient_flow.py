@@ -46,6 +46,11 @@ from .particles import (
 from .symbolic import sinkhorn_cross_covariance
 
 __all__ = [
+    "relative_asymmetry",
+    "weighted_field_jacobian_fd",
+    "sinkhorn_self_cost_minimised",
+    "translation_energies",
+    "radial_geodesic_energy",
     "metric_tensor",
     "partition_gradient",
     "twisted_velocity",
@@ -379,3 +384,97 @@ def bures_wasserstein_rhs(cov, grad) -> np.ndarray:
             f"cov and grad must be square matrices of the same shape, got {S.shape}, {G.shape}"
         )
     return -2 * (G @ S + S @ G)
+
+
+def relative_asymmetry(M) -> float:
+    r""":math:`\|M - M^\top\|_F / \|M\|_F` of a square matrix (0 for a symmetric one)."""
+    Mn = np.asarray(M, float)
+    return float(np.linalg.norm(Mn - Mn.T) / np.linalg.norm(Mn))
+
+
+def weighted_field_jacobian_fd(x, *, A, V, h: float = 1e-5) -> np.ndarray:
+    r"""Jacobian ``(nd, nd)`` of :math:`X \mapsto (Z_\mu(x_i)(sS)^{-1}\Gamma_i)_i` by central differences.
+
+    For symmetric ``A`` with :math:`S = VA^{-1}` definite this field is :math:`s\,n\nabla_X E`,
+    a gradient: its Jacobian is symmetric (:func:`relative_asymmetry` ≈ 0).
+    """
+    from .particles import velocity
+
+    X = np.asarray(x, float)
+    n, d = X.shape
+    S, s = metric_tensor(A, V)
+    Minv = np.linalg.inv(s * S)
+
+    def field(flat):
+        y = flat.reshape(n, d)
+        Zy = np.asarray(partition_gradient(y, A=A)[0])
+        return (Zy[:, None] * velocity(y, kind="softmax", A=A, V=V) @ Minv).reshape(-1)
+
+    flat = X.reshape(-1)
+    cols = [
+        (field(flat + h * e) - field(flat - h * e)) / (2 * h) for e in np.eye(n * d)
+    ]
+    return np.stack(cols, axis=1)
+
+
+def sinkhorn_self_cost_minimised(cov, A) -> float:
+    r""":math:`\tfrac12\mathrm{OT}_1` by direct BFGS minimisation over Gaussian plans (any cross-covariance).
+
+    The entropic cost of the plan with marginals :math:`N(0,\Sigma)` and cross-covariance
+    :math:`C` is :math:`-\operatorname{tr}(AC) - \tfrac12\log\det(I - \Sigma^{-1}C^\top\Sigma^{-1}C)`;
+    an independent check of the closed form :func:`sinkhorn_self_cost`.
+    """
+    from scipy.optimize import minimize
+
+    S = np.asarray(cov, float)
+    Am = np.asarray(A, float)
+    d = len(S)
+    Si = np.linalg.inv(S)
+
+    def cost(c):
+        C = c.reshape(d, d)
+        lam = np.linalg.eigvals(
+            np.eye(d) - Si @ C.T @ Si @ C
+        ).real  # > 0 for a valid plan
+        return 1e6 if lam.min() <= 0 else -np.trace(Am @ C) - 0.5 * np.log(lam).sum()
+
+    res = minimize(cost, np.zeros(d * d), method="BFGS", options={"gtol": 1e-10})
+    return 0.5 * float(res.fun)
+
+
+def translation_energies(x, shifts, *, A) -> np.ndarray:
+    r""":math:`E(\mu + m e_1)` for each shift ``m`` of ``shifts``: clouds ``x`` ``(..., n, d)``.
+
+    Returns ``(len(shifts), ...)`` (a translation is a W₂ geodesic with constant speed).
+    """
+    X = np.asarray(x, float)
+    e1 = np.zeros(X.shape[-1])
+    e1[0] = 1.0
+    return np.stack(
+        [
+            np.asarray(interaction_energy(X + m * e1, A=A))
+            for m in np.asarray(shifts, float)
+        ]
+    )
+
+
+def radial_geodesic_energy(s, *, h: float = 1e-4) -> tuple[np.ndarray, np.ndarray]:
+    r"""One particle, :math:`V = I`, :math:`A = -I`: :math:`E` and :math:`d^2E/ds^2` along a radial
+    unit-speed geodesic of the metric :math:`Z(x)|dx|^2 = e^{-|x|^2}|dx|^2`.
+
+    Arc length :math:`s = \int_0^r e^{-\rho^2/2}d\rho = \sqrt{\pi/2}\,\mathrm{erf}(r/\sqrt2)`, so the
+    radius is :math:`r(s) = \sqrt2\,\mathrm{erf}^{-1}(s/\sqrt{\pi/2})`; :math:`E` is
+    :func:`interaction_energy` of the particle at :math:`(r(s), 0)` and the second derivative
+    a central difference of step ``h``. Returns ``(r, d2E/ds2)`` at the arc lengths ``s``.
+    """
+    from scipy.special import erfinv
+
+    s = np.asarray(s, float)
+
+    def energy(u):
+        r = np.sqrt(2) * erfinv(u / np.sqrt(np.pi / 2))
+        pts = np.stack([r, np.zeros_like(r)], -1)[..., None, :]
+        return np.asarray(interaction_energy(pts, A=-np.eye(2))), r
+
+    (Em, _), (E0, r), (Ep, _) = energy(s - h), energy(s), energy(s + h)
+    return r, (Ep - 2 * E0 + Em) / h**2
