@@ -21,7 +21,12 @@ from .closed_forms import (
     scalar_softmax_mean,
     scalar_softmax_variance,
 )
-from .clouds import eigenvalue_ratio, empirical_cov, numerical_rank
+from .clouds import (
+    eigenvalue_ratio,
+    empirical_cov,
+    numerical_rank,
+    trace_one_circle,
+)
 from .gaussian import (
     GAUSSIAN_FLOW_KINDS,
     CovarianceFlow,
@@ -94,6 +99,7 @@ __all__ = [
     "eigenvalue_ratio",
     "empirical_cov",
     "numerical_rank",
+    "trace_one_circle",
     "KINDS",
     "AttentionParams",
     "BlowUpError",

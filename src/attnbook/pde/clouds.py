@@ -5,11 +5,12 @@ Batched over leading dimensions; NumPy in → NumPy out (tensors stay tensors).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..validation import as_tensor, check_finite
 
-__all__ = ["empirical_cov", "eigenvalue_ratio", "numerical_rank"]
+__all__ = ["empirical_cov", "eigenvalue_ratio", "numerical_rank", "trace_one_circle"]
 
 
 def _tensor(x, name: str) -> tuple[torch.Tensor, bool]:
@@ -56,3 +57,17 @@ def numerical_rank(S, *, rtol: float = 1e-3):
     ev = torch.linalg.eigvalsh((M + M.mT) / 2)
     rank = (ev > rtol * ev[..., -1:].clamp(min=0)).sum(-1)
     return rank.cpu().numpy() if was_numpy else rank
+
+
+def trace_one_circle(n: int, radius: float = 0.3) -> np.ndarray:
+    """``n`` trace-one 2×2 covariances on a circle around I/2 in the PSD cone, ``(n, 2, 2)``.
+
+    ``[[1/2 + ρ cos θ, ρ sin θ], [ρ sin θ, 1/2 − ρ cos θ]]`` with ``ρ = radius < 1/2``.
+    """
+    if not 0 < radius < 0.5:
+        raise ValueError(
+            f"radius must be in (0, 1/2) to stay positive definite, got {radius}"
+        )
+    th = np.linspace(0, 2 * np.pi, n, endpoint=False)
+    c, s = radius * np.cos(th), radius * np.sin(th)
+    return np.stack([np.stack([0.5 + c, s], -1), np.stack([s, 0.5 - c], -1)], -2)

@@ -6,7 +6,12 @@ import numpy as np
 
 from ..linalg import check_psd
 
-__all__ = ["gaussian_ellipse", "cone_coordinates", "plot_cloud_panels"]
+__all__ = [
+    "gaussian_ellipse",
+    "cone_coordinates",
+    "plot_cloud_panels",
+    "plot_cone_flows",
+]
 
 
 def gaussian_ellipse(mean, cov, k: float = 2.0, n_points: int = 100) -> np.ndarray:
@@ -41,3 +46,24 @@ def plot_cloud_panels(axes, clouds, titles, *, start=None, colors=None, s=4):
         ax.set_title(title)
         ax.set_aspect("equal")
     return axes
+
+
+def plot_cone_flows(ax, cov, *, max_trace: float = 1.2, title: str = "") -> None:
+    """Draw 2×2 covariance flows ``cov`` ``(len(t), B, 2, 2)`` in the PSD cone on a 3-D axis.
+
+    Grey wireframe: the cone's surface (rank-one matrices); each flow is drawn while its
+    trace stays below ``max_trace``.
+    """
+    th, z = np.meshgrid(np.linspace(0, 2 * np.pi, 40), np.linspace(0, max_trace, 8))
+    ax.plot_wireframe(z * np.cos(th), z * np.sin(th), z, color="0.85", lw=0.5)
+    P = cone_coordinates(np.clip(cov, -5, 5))
+    for b in range(cov.shape[1]):
+        keep = np.trace(cov[:, b], axis1=-2, axis2=-1) < max_trace
+        ax.plot(*P[keep, b].T, lw=1)
+    ax.set_title(title, fontsize=8)
+    ax.set(
+        zlim=(0, max_trace), xlim=(-max_trace, max_trace), ylim=(-max_trace, max_trace)
+    )
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_zticks([])
