@@ -369,3 +369,13 @@ def test_cloud_statistics():
     np.testing.assert_array_equal(
         numerical_rank(np.stack([np.diag([1.0, 1e-5, 2.0]), np.eye(3)])), [2, 3]
     )
+
+
+def test_trace_one_circle():
+    from attnbook.pde import trace_one_circle
+
+    S = trace_one_circle(8, 0.3)
+    np.testing.assert_allclose(np.trace(S, axis1=1, axis2=2), 1.0)
+    assert np.all(np.linalg.eigvalsh(S) > 0)
+    with pytest.raises(ValueError, match="radius"):
+        trace_one_circle(4, 0.6)

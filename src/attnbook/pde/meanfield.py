@@ -331,7 +331,7 @@ def tangent_distance(jacobians, t, xi, *, weights=None) -> np.ndarray:
     after the time axis, or with extra leading axes). Returns ``(len(t), ...)`` — the
     prediction of :math:`D(t)/D(0)` for an infinitesimal perturbation along ``xi``.
     """
-    Jt = torch.as_tensor(_numpy(jacobians, "jacobians"))
+    Jt = torch.as_tensor(np.array(_numpy(jacobians, "jacobians")))
     times = _numpy(t, "t")
     X = torch.as_tensor(_numpy(xi, "xi"))
     n, d = X.shape[-2:]
