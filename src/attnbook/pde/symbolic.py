@@ -197,15 +197,8 @@ def derive_moment_equations(kind: str) -> Derivation:
         ("α' = Γ(α)", mean_rhs),
         ("Σ' = JΣ + ΣJᵀ", cov_rhs),
     ]
-    return Derivation(
-        kind=kind,
-        velocity=vel,
-        jacobian=J,
-        mean_rhs=mean_rhs,
-        cov_rhs=cov_rhs,
-        steps=steps,
-        arguments=args,
-    )
+    # fields in declaration order: kind, velocity, jacobian, mean_rhs, cov_rhs, steps, arguments
+    return Derivation(kind, vel, J, mean_rhs, cov_rhs, steps, args)
 
 
 @cache
