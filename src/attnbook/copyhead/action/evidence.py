@@ -276,7 +276,7 @@ def readouts(
 ) -> dict:
     """What the chapters read off packed parameters ``theta (..., L² [+1])``, as NumPy arrays.
 
-    ``m``: |mean row sum| of ``A`` (sign-invariant); ``c_1``, ``c_G``: the template coefficients
+    ``m``: the absolute value of the mean row sum of ``A`` (sign-invariant); ``c_1``, ``c_G``: the template coefficients
     (:func:`attnbook.copyhead.order_parameters`), ``c_G`` aligned with the sign of the row sum for
     linear attention (the posterior is even under ``(G, b, W) → −(G, b, W)``), so every entry is
     invariant under that symmetry. With ``stats`` (one data set per row of ``theta``'s last batch
