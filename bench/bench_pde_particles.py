@@ -77,7 +77,7 @@ def main():
         )
         t_pt, traj = best_of(
             lambda: simulate(
-                x0.to(dev), t, kind="softmax", A=A, V=V, step=h, progress=False
+                x0.to(dev), t, kind="softmax", A=A, V=V, step_size=h, progress=False
             ),
             args.repeat,
         )

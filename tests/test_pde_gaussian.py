@@ -43,8 +43,9 @@ def test_sympy_rhs_equals_hand_written_closed_forms(d):
         (moment_rhs("softmax", a, S, A=A, V=V), cf.softmax_moment_rhs(a, S, A, V)),
         (moment_rhs("linear", a, S, A=A, V=V), cf.linear_moment_rhs(a, S, A, V)),
         (moment_rhs("l2", a, S, Q=Q, K=K, V=V), cf.l2_moment_rhs(a, S, Q, K, V)),
-        (moment_rhs("sinkhorn", a, S, A=A, V=V), cf.sinkhorn_moment_rhs(a, S, A, V)),
     ]
+    # Sinkhorn's right-hand side is one closed form written twice: it is tested against POT
+    # (test_sinkhorn_moment_rhs_matches_pot_on_samples), not against itself.
     for (m1, S1), (m2, S2) in pairs:
         np.testing.assert_allclose(m1, m2, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(S1, S2, rtol=1e-9, atol=1e-11)
@@ -98,6 +99,26 @@ def test_sinkhorn_cross_covariance_matches_entropic_ot_of_samples():
     C_emp = x.T @ plan @ x  # E_pi[x y^T]
     C = symbolic.sinkhorn_cross_covariance(S, A).T
     np.testing.assert_allclose(C_emp, C, atol=0.03)
+
+
+def test_sinkhorn_moment_rhs_matches_pot_on_samples():
+    """Σ' and α' of the Sinkhorn closure against particles whose plan is POT's (a = b = w)."""
+    import ot
+
+    n = 1200
+    m, S = np.array([0.4, -0.2]), np.array([[0.9, -0.2], [-0.2, 0.5]])
+    A = np.array([[0.5, 0.3], [-0.1, 0.7]])
+    V = np.array([[1.0, 0.4], [-0.2, 0.8]])
+    x = sample_gaussian(n, m, S, seed=3, exact_moments=True).numpy()
+    w = np.full(n, 1 / n)
+    plan = ot.sinkhorn(w, w, -(x @ A.T) @ x.T, reg=1.0, numItermax=5000, stopThr=1e-12)
+    vel = (plan / w[:, None]) @ x @ V.T  # Γ(x_i) = V Σ_j P_ij x_j
+    dm_emp = vel.mean(0)
+    xc = x - x.mean(0)
+    dS_emp = (xc.T @ vel + vel.T @ xc) / n
+    dm, dS = moment_rhs("sinkhorn", m, S, A=A, V=V)
+    np.testing.assert_allclose(dm_emp, dm, atol=1e-8)  # α' = Vα exactly (marginal = μ)
+    np.testing.assert_allclose(dS_emp, dS, atol=0.05)  # Monte Carlo, n = 1200
 
 
 @pytest.mark.parametrize("kind", ["softmax", "l2"])
@@ -193,7 +214,7 @@ def test_particles_follow_the_moment_ode(kind):
     n = 300 if kind == "sinkhorn" else 600
     x0 = sample_gaussian(n, m0, S0, seed=2, exact_moments=True)
     t = np.linspace(0, 0.5, 3)
-    xT = simulate(x0, t, kind=kind, A=A, V=V, step=0.05)[-1].numpy()
+    xT = simulate(x0, t, kind=kind, A=A, V=V, step_size=0.05)[-1].numpy()
     g = gaussian_flow(m0, S0, t, kind=kind, A=A, V=V)
     tol = (
         1e-8 if kind == "linear" else 1.5e-2
@@ -255,3 +276,76 @@ def test_gaussian_flow_bad_input(kwargs, err, match):
     args.update(kwargs)
     with pytest.raises(err, match=match):
         gaussian_flow(args.pop("mean0"), args.pop("cov0"), args.pop("t"), **args)
+
+
+def test_blowup_told_from_exponential_growth():
+    """ℓ² with rank-deficient K (KᵀK singular) grows exponentially: no blow-up time."""
+    rng = np.random.default_rng(0)
+    d = 3
+    Q = rng.normal(size=(1, d))
+    B = rng.normal(size=(d, d))
+    V = B @ B.T / d
+    fl = gaussian_flow(
+        rng.normal(size=d), np.eye(d), np.linspace(0, 20, 21), kind="l2", Q=Q, K=-Q, V=V
+    )
+    lam = np.linalg.eigvalsh(V).max()
+    assert fl.blowup_time is None and not fl.blew_up and fl.grew
+    assert fl.threshold_time is not None and 0.8 * lam < fl.growth_rate < 2.2 * lam
+    assert "growth" in fl.message and np.all(np.isfinite(fl.cov))
+    # the same with a lower threshold: the crossing time moves, the verdict does not
+    low = gaussian_flow(
+        fl.mean[0],
+        fl.cov[0],
+        np.linspace(0, 20, 21),
+        kind="l2",
+        Q=Q,
+        K=-Q,
+        V=V,
+        blowup_threshold=1e5,
+    )
+    assert low.grew and low.threshold_time < fl.threshold_time - 0.5 / lam
+    # softmax Riccati: a finite-time singularity, found to ~1e-9
+    sing = gaussian_flow([0.0], [[1.0]], np.linspace(0, 1, 11), kind="softmax")
+    assert sing.blew_up and sing.growth_rate is None
+    assert abs(sing.blowup_time - 0.5) < 1e-8
+
+
+def test_l2_full_rank_key_map_grows_at_most_exponentially():
+    """KᵀK invertible: J = 2(Σ⁻¹ + 2KᵀK)⁻¹KᵀQ stays bounded, so no finite-time blow-up."""
+    rng = np.random.default_rng(1)
+    d = 2
+    Q, K = rng.normal(size=(d, d)), rng.normal(size=(d, d))
+    t = np.linspace(0, 3, 7)
+    fl = gaussian_flow(np.ones(d), np.eye(d), t, kind="l2", Q=Q, K=K)
+    # ‖J‖ ≤ ‖V‖ ‖(KᵀK)⁻¹‖ ‖KᵀQ‖ =: c, hence λ_max(Σ(t)) ≤ λ_max(Σ₀) e^{2ct}
+    c = np.linalg.norm(np.linalg.inv(K.T @ K), 2) * np.linalg.norm(K.T @ Q, 2)
+    assert not fl.blew_up and len(fl.t) == len(t)
+    assert np.all(np.linalg.eigvalsh(fl.cov)[:, -1] <= np.exp(2 * c * t) * (1 + 1e-9))
+
+
+def test_quadrature_velocity_and_affine_residual():
+    from attnbook.pde import affine_residual, closed_form_gaps, velocity_on_gaussian_1d
+
+    xs = np.linspace(-1.0, 1.0, 21)
+    soft = velocity_on_gaussian_1d(xs, 0.3, 0.8, a=2.0, v=1.5)
+    np.testing.assert_allclose(soft, 1.5 * (0.3 + 2.0 * 0.64 * xs), rtol=1e-10)
+    assert affine_residual(xs, soft) < 1e-10
+    sig = velocity_on_gaussian_1d(xs, 0.3, 0.8, a=2.0, kind="sigmoid")
+    mc_y = np.random.default_rng(0).normal(0.3, 0.8, size=400_000)
+    mc = np.mean(mc_y / (1 + np.exp(-2.0 * 0.5 * mc_y)))
+    assert (
+        abs(velocity_on_gaussian_1d([0.5], 0.3, 0.8, a=2.0, kind="sigmoid")[0] - mc)
+        < 5e-3
+    )
+    assert affine_residual(xs, sig) > 0.01
+    assert max(closed_form_gaps(0, dims=(1, 3)).values()) < 1e-9
+
+
+def test_plot_helpers():
+    from attnbook.pde import plots
+
+    pts = plots.gaussian_ellipse([1.0, 0.0], np.diag([4.0, 1.0]), k=1.0)
+    assert pts.shape == (2, 100) and np.isclose(pts[0].max(), 3.0, atol=1e-3)
+    np.testing.assert_allclose(
+        plots.cone_coordinates(np.array([[2.0, 0.5], [0.5, 1.0]])), [1.0, 1.0, 3.0]
+    )

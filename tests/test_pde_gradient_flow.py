@@ -71,7 +71,9 @@ def test_twisted_velocity_and_energy_identity(case):
 
 def test_energy_balance_integrates_the_identity():
     x0 = RNG.normal(size=(2, 40, 2)) * 0.6
-    eb = energy_balance(x0, np.linspace(0, 1, 6), A=-np.eye(2), V=np.eye(2), step=0.01)
+    eb = energy_balance(
+        x0, np.linspace(0, 1, 6), A=-np.eye(2), V=np.eye(2), step_size=0.01
+    )
     assert eb.energy.shape == (6, 2) and eb.sign == -1
     assert np.all(np.diff(eb.energy, axis=0) < 0)  # E decreases
     assert np.abs(eb.residual).max() < 1e-8 * np.abs(eb.energy).max()
@@ -174,3 +176,26 @@ def test_symmetric_gradient_fd_on_a_known_function():
     np.testing.assert_allclose(G, np.linalg.inv(S), atol=1e-8)  # ∇ log det = Σ⁻¹
     with pytest.raises(ValueError, match="h"):
         symmetric_gradient_fd(np.trace, S, h=0.0)
+
+
+def test_geometry_helpers():
+    from attnbook import pde
+
+    r, e2 = pde.radial_geodesic_energy(np.array([0.0, 0.7, 1.2]))
+    np.testing.assert_allclose(e2, r**2 - 1, atol=1e-6)
+    S = np.array([[1.0, 0.2], [0.2, 0.7]])
+    A = np.array([[0.4, 0.1], [0.1, -0.3]])
+    assert pde.sinkhorn_self_cost_minimised(S, A) == pytest.approx(
+        pde.sinkhorn_self_cost(S, A), abs=1e-7
+    )
+    assert pde.relative_asymmetry(np.eye(3)) == 0.0
+    assert pde.relative_asymmetry(np.array([[0.0, 1.0], [0.0, 0.0]])) == pytest.approx(
+        np.sqrt(2)
+    )
+    x = np.random.default_rng(0).normal(size=(6, 2))
+    Jw = pde.weighted_field_jacobian_fd(x, A=-np.eye(2), V=np.eye(2))
+    assert pde.relative_asymmetry(Jw) < 1e-8
+    E = pde.translation_energies(x, [0.0, 0.5], A=-np.eye(2))
+    assert E.shape == (2,) and E[0] == pytest.approx(
+        float(pde.interaction_energy(x, A=-np.eye(2)))
+    )

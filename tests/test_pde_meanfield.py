@@ -162,7 +162,7 @@ def test_one_sided_lipschitz_bounds_the_coupling_growth():
     x0 = sample_gaussian(24, [0.0, 0.0], 0.5 * np.eye(2), seed=7)
     y0 = x0 + 1e-4 * torch.as_tensor(RNG.normal(size=(24, 2)))
     t = np.linspace(0, 1, 21)
-    traj = simulate(torch.stack([x0, y0]), t, kind="softmax", A=A, step=0.01)
+    traj = simulate(torch.stack([x0, y0]), t, kind="softmax", A=A, step_size=0.01)
     lam = one_sided_lipschitz(traj[:, 0], kind="softmax", A=A).numpy()
     integral = np.concatenate([[0], np.cumsum((lam[1:] + lam[:-1]) / 2 * np.diff(t))])
     D = coupling_distance(traj[:, 0], traj[:, 1]).numpy()
@@ -173,3 +173,46 @@ def test_one_sided_lipschitz_bounds_the_coupling_growth():
     assert one_sided_lipschitz(
         x0.numpy(), kind="softmax", A=A, weights=w
     ) == pytest.approx(float(lam[0]), rel=1e-10)
+
+
+def test_tangent_distance_matches_small_perturbations():
+    import torch
+
+    from attnbook.pde import (
+        coupling_distance,
+        particle_jacobian,
+        sample_gaussian,
+        simulate,
+        tangent_distance,
+    )
+
+    A = np.array([[0.6, 0.8], [-0.8, 0.3]])
+    t = np.linspace(0.0, 1.0, 11)
+    X = sample_gaussian(16, [0, 0], 0.5 * np.eye(2), seed=0, batch=(2,))
+    xi = torch.randn(
+        2, 16, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1)
+    )
+    tr = simulate(
+        torch.stack([X, X + 1e-4 * xi]), t, kind="softmax", A=A, step_size=0.01
+    )
+    D = coupling_distance(tr[:, 0].numpy(), tr[:, 1].numpy())
+    J = particle_jacobian(tr[:, 0].numpy(), kind="softmax", A=A)
+    pred = tangent_distance(J, t, xi.numpy())
+    assert pred.shape == (len(t), 2)
+    np.testing.assert_allclose(D / D[0], pred, rtol=5e-3)
+    # a constant linear field: M = expm(tJ) exactly
+    Jc = np.broadcast_to(np.diag([0.5, -0.5]), (3, 2, 2))
+    out = tangent_distance(Jc, [0.0, 0.5, 1.0], np.array([[1.0, 0.0]]))
+    np.testing.assert_allclose(out, np.exp([0.0, 0.25, 0.5]), rtol=1e-12)
+
+
+def test_sample_disk_and_two_sample_rates():
+    from attnbook.pde import sample_disk, two_sample_rates
+
+    x = sample_disk(500, 1.2, seed=3, batch=(2,))
+    assert x.shape == (2, 500, 2) and float(x.norm(dim=-1).max()) <= 1.2
+    assert abs(float((x.norm(dim=-1) ** 2).mean()) - 1.2**2 / 2) < 0.05
+    assert np.array_equal(x.numpy(), sample_disk(500, 1.2, seed=3, batch=(2,)).numpy())
+    W, G = two_sample_rates(2, [16, 64], n_seeds=3, T=0.5, seed=1)
+    assert W.shape == G.shape == (2, 3) and np.all(W > 0) and np.all(G >= 0)
+    assert W.mean(1)[1] < W.mean(1)[0]

@@ -6,13 +6,17 @@ import numpy as np
 import pytest
 import torch
 
-from attnbook.attention import attention_weights
-from attnbook.flows import BlowUpError
+from attnbook.attention import KIND_ALIASES, attention_weights
+from attnbook.errors import BlowUpError
 from attnbook.pde import (
     KINDS,
     attention_matrix,
+    check_cloud,
     interaction_energy,
+    interaction_matrices,
+    particle_masses,
     partition_function,
+    prepare_inputs,
     sample_gaussian,
     simulate,
     sink_weights,
@@ -96,10 +100,24 @@ def test_Q_K_give_A_with_sqrt_k_scaling(cloud):
 def test_agrees_with_attention_module(cloud):
     x, A, V = cloud
     xt = torch.as_tensor(x)
-    for kind in ("softmax", "sinkhorn", "sigmoid", "linear"):
+    for kind in ("softmax", "sigmoid", "linear"):
         P_ref = attention_weights(xt @ torch.as_tensor(A).T, xt, kind=kind, bias=0.2)
         P = attention_matrix(xt, kind=kind, A=A, bias=0.2)[0]
         torch.testing.assert_close(P, P_ref, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_sinkhorn_plan_matches_pot(cloud, uniform):
+    """The Sinkhorn interaction against POT's plan with both marginals the token masses."""
+    import ot
+
+    x, A, _ = cloud
+    w = np.full(9, 1 / 9) if uniform else RNG.uniform(0.5, 2.0, size=9)
+    w /= w.sum()
+    L = (x @ A.T) @ x.T
+    plan = ot.sinkhorn(w, w, -L, reg=1.0, numItermax=10_000, stopThr=1e-13)
+    P = attention_matrix(x, kind="sinkhorn", A=A, weights=None if uniform else w)[0]
+    np.testing.assert_allclose(P, plan / w[:, None], rtol=1e-7, atol=1e-10)
 
 
 def test_sinkhorn_plan_is_doubly_stochastic(cloud):
@@ -130,10 +148,11 @@ def test_multihead_is_the_sum_of_heads(cloud):
         v,
         rtol=1e-12,
     )
-    # a one-head multihead layer is softmax
-    A = RNG.normal(size=(3, 3))
+    # against the per-token formulas, head by head (an outside reference)
+    As = RNG.normal(size=(2, 3, 3)) * 0.5
+    naive = sum(_naive(x, "softmax", As[h], Vs[h]) for h in range(2))
     np.testing.assert_allclose(
-        velocity(x, kind="multihead", A=A[None]), velocity(x, kind="softmax", A=A)
+        velocity(x, kind="multihead", A=As, V=Vs), naive, rtol=1e-10, atol=1e-12
     )
 
 
@@ -148,7 +167,7 @@ def test_batched_and_torch_inputs(cloud):
         v12 = velocity(
             xb[1, 1], kind=kind, A=A if kind != "multihead" else A[None], V=V
         )
-        np.testing.assert_allclose(vb[1, 1].numpy(), v12, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(vb[1, 1].numpy(), v12, rtol=1e-9, atol=1e-10)
 
 
 def test_permutation_equivariance(cloud):
@@ -204,11 +223,12 @@ def test_rk4_is_fourth_order_and_matches_dopri5():
     ref = simulate(x0, t, kind="softmax", A=A, method="dopri5", rtol=1e-12, atol=1e-13)[
         -1
     ]
-    e1 = np.abs(simulate(x0, t, kind="softmax", A=A, step=0.2)[-1] - ref).max()
-    e2 = np.abs(simulate(x0, t, kind="softmax", A=A, step=0.1)[-1] - ref).max()
+    e1 = np.abs(simulate(x0, t, kind="softmax", A=A, step_size=0.2)[-1] - ref).max()
+    e2 = np.abs(simulate(x0, t, kind="softmax", A=A, step_size=0.1)[-1] - ref).max()
     assert 10 < e1 / e2 < 24  # 2^4 = 16
     assert (
-        np.abs(simulate(x0, t, kind="softmax", A=A, step=0.01)[-1] - ref).max() < 1e-8
+        np.abs(simulate(x0, t, kind="softmax", A=A, step_size=0.01)[-1] - ref).max()
+        < 1e-8
     )
 
 
@@ -216,9 +236,9 @@ def test_simulate_shapes_batch_and_reproducible_sampling():
     x0 = sample_gaussian(20, [0, 0], np.eye(2), seed=3, batch=(3,))
     again = sample_gaussian(20, [0, 0], np.eye(2), seed=3, batch=(3,))
     torch.testing.assert_close(x0, again)
-    tr = simulate(x0, np.linspace(0, 0.5, 4), kind="l2", step=0.05)
+    tr = simulate(x0, np.linspace(0, 0.5, 4), kind="l2", step_size=0.05)
     assert tr.shape == (4, 3, 20, 2) and torch.equal(tr[0], x0)
-    one = simulate(x0[1], np.linspace(0, 0.5, 4), kind="l2", step=0.05)
+    one = simulate(x0[1], np.linspace(0, 0.5, 4), kind="l2", step_size=0.05)
     torch.testing.assert_close(tr[:, 1], one)
 
 
@@ -237,7 +257,7 @@ def test_linear_blowup_is_reported_not_nan():
             np.linspace(0, 1, 11),
             kind="linear",
             A=np.array([[1.0]]),
-            step=1e-3,
+            step_size=1e-3,
         )
     assert 0.45 < info.value.time < 0.52
     assert torch.isfinite(info.value.partial).all() and len(info.value.partial) <= 6
@@ -248,14 +268,18 @@ def test_sphere_projection_keeps_norms():
     x0 /= np.linalg.norm(x0, axis=1, keepdims=True)
     v = velocity(x0, kind="softmax", A=4 * np.eye(3), sphere=True)
     np.testing.assert_allclose(np.sum(v * x0, axis=1), 0, atol=1e-12)
-    tr = simulate(x0, [0, 1.0], kind="softmax", A=4 * np.eye(3), sphere=True, step=0.01)
+    tr = simulate(
+        x0, [0, 1.0], kind="softmax", A=4 * np.eye(3), sphere=True, step_size=0.01
+    )
     np.testing.assert_allclose(np.linalg.norm(tr[-1], axis=1), 1, atol=1e-6)
 
 
 def test_energy_decreases_for_V_I_A_minus_I():
     """Symmetric A, V A^{-1} = -I negative definite: E is monotone (decreasing) along the flow."""
     x0 = RNG.normal(size=(40, 2))
-    tr = simulate(x0, np.linspace(0, 2, 21), kind="softmax", A=-np.eye(2), step=0.02)
+    tr = simulate(
+        x0, np.linspace(0, 2, 21), kind="softmax", A=-np.eye(2), step_size=0.02
+    )
     E = np.array([interaction_energy(x, A=-np.eye(2)) for x in tr])
     assert np.all(np.diff(E) < 0)
     Z = partition_function(x0, A=-np.eye(2))
@@ -295,3 +319,63 @@ def test_bad_inputs_raise():
         simulate(np.ones((2, 2)), [0.0, 1.0, 0.5], kind="softmax")
     with pytest.raises(ValueError, match="method"):
         simulate(np.ones((2, 2)), [0.0, 1.0], kind="softmax", method="euler")
+
+
+def test_public_input_helpers(cloud):
+    x, A, V = cloud
+    li = prepare_inputs(x, kind="multi-head", A=np.stack([A, A]), V=V)
+    X, p, w = li.X, li.params, li.masses
+    assert p.kind == "softmax" and p.heads == 2 and w.shape == (9,) and li.uniform
+    torch.testing.assert_close(w, torch.full((9,), 1 / 9, dtype=torch.float64))
+    P = interaction_matrices(X, p, w)
+    assert P.shape == (2, 9, 9)
+    torch.testing.assert_close(P.sum(-1), torch.ones(2, 9, dtype=torch.float64))
+    m = particle_masses(5, sink_mass=0.6)
+    assert float(m[0]) == pytest.approx(0.6) and float(m.sum()) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="weights"):
+        particle_masses(3, [0.5, 0.5, 0.5])
+    with pytest.raises(ValueError, match="x0"):
+        check_cloud(np.ones(3), "x0")
+
+
+def test_kind_aliases_come_from_attention():
+    x = RNG.normal(size=(5, 2))
+    for alias in KIND_ALIASES:
+        velocity(x, kind=alias, **({"A": np.eye(2)[None]} if "head" in alias else {}))
+    with pytest.raises(ValueError, match="kind"):
+        velocity(x, kind="cosine")
+
+
+def test_sample_gaussian_seed_convention():
+    a = sample_gaussian(4, [0.0], [[1.0]], seed=3)
+    b = sample_gaussian(4, [0.0], [[1.0]], seed=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(a, b)
+    torch.manual_seed(5)
+    c = sample_gaussian(4, [0.0], [[1.0]])
+    torch.manual_seed(5)
+    torch.testing.assert_close(c, sample_gaussian(4, [0.0], [[1.0]]))
+
+
+def test_cloud_statistics():
+    from attnbook.pde import eigenvalue_ratio, empirical_cov, numerical_rank
+
+    x = RNG.normal(size=(3, 50, 2))
+    C = empirical_cov(x)
+    np.testing.assert_allclose(C[1], np.cov(x[1].T, bias=True), rtol=1e-12)
+    S = np.diag([0.5, 2.0])
+    assert eigenvalue_ratio(S) == pytest.approx(0.25)
+    np.testing.assert_allclose(eigenvalue_ratio(np.stack([S, np.eye(2)])), [0.25, 1.0])
+    assert isinstance(eigenvalue_ratio(torch.eye(2)), torch.Tensor)
+    np.testing.assert_array_equal(
+        numerical_rank(np.stack([np.diag([1.0, 1e-5, 2.0]), np.eye(3)])), [2, 3]
+    )
+
+
+def test_trace_one_circle():
+    from attnbook.pde import trace_one_circle
+
+    S = trace_one_circle(8, 0.3)
+    np.testing.assert_allclose(np.trace(S, axis1=1, axis2=2), 1.0)
+    assert np.all(np.linalg.eigvalsh(S) > 0)
+    with pytest.raises(ValueError, match="radius"):
+        trace_one_circle(4, 0.6)

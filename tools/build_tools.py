@@ -35,7 +35,6 @@ __all__ = [
 ]
 
 
-
 def find_root(start: Path | None = None) -> Path:
     """The repository root: the nearest folder holding ``_toc.yml``."""
     from attnbook.claims import find_book_root

@@ -12,6 +12,7 @@
   Bures–Wasserstein gradient flow, W₂ geodesics.
 """
 
+from . import plots
 from .closed_forms import (
     clustering_limit,
     identity_value_blowup_time,
@@ -19,6 +20,12 @@ from .closed_forms import (
     scalar_blowup_time,
     scalar_softmax_mean,
     scalar_softmax_variance,
+)
+from .clouds import (
+    eigenvalue_ratio,
+    empirical_cov,
+    numerical_rank,
+    trace_one_circle,
 )
 from .gaussian import (
     GAUSSIAN_FLOW_KINDS,
@@ -39,10 +46,15 @@ from .gradient_flow import (
     metric_norm_sq,
     metric_tensor,
     partition_gradient,
+    radial_geodesic_energy,
+    relative_asymmetry,
     sinkhorn_self_cost,
+    sinkhorn_self_cost_minimised,
     sinkhorn_self_cost_particles,
     symmetric_gradient_fd,
+    translation_energies,
     twisted_velocity,
+    weighted_field_jacobian_fd,
 )
 from .meanfield import (
     RateFit,
@@ -52,6 +64,9 @@ from .meanfield import (
     one_sided_lipschitz,
     optimal_matching,
     particle_jacobian,
+    sample_disk,
+    tangent_distance,
+    two_sample_rates,
     w2_particles_batch,
     w2_to_gaussian_1d,
 )
@@ -60,23 +75,40 @@ from .particles import (
     AttentionParams,
     BlowUpError,
     attention_matrix,
+    check_cloud,
     interaction_energy,
+    interaction_matrices,
+    particle_masses,
     partition_function,
+    prepare_inputs,
     resolve_params,
     sample_gaussian,
     simulate,
     sink_weights,
     velocity,
 )
-from .symbolic import derive_moment_equations, moment_rhs
+from .quadrature import affine_residual, velocity_on_gaussian_1d
+from .symbolic import closed_form_gaps, derive_moment_equations, moment_rhs
 from .wasserstein import bures_wasserstein, conditional_w2, w2_particles
 
 __all__ = [
+    "plots",
+    "affine_residual",
+    "velocity_on_gaussian_1d",
+    "closed_form_gaps",
+    "eigenvalue_ratio",
+    "empirical_cov",
+    "numerical_rank",
+    "trace_one_circle",
     "KINDS",
     "AttentionParams",
     "BlowUpError",
     "attention_matrix",
+    "check_cloud",
     "interaction_energy",
+    "interaction_matrices",
+    "particle_masses",
+    "prepare_inputs",
     "partition_function",
     "resolve_params",
     "sample_gaussian",
@@ -108,6 +140,9 @@ __all__ = [
     "one_sided_lipschitz",
     "optimal_matching",
     "particle_jacobian",
+    "sample_disk",
+    "tangent_distance",
+    "two_sample_rates",
     "w2_particles_batch",
     "w2_to_gaussian_1d",
     "EnergyBalance",
@@ -119,6 +154,11 @@ __all__ = [
     "metric_norm_sq",
     "metric_tensor",
     "partition_gradient",
+    "radial_geodesic_energy",
+    "relative_asymmetry",
+    "sinkhorn_self_cost_minimised",
+    "translation_energies",
+    "weighted_field_jacobian_fd",
     "sinkhorn_self_cost",
     "sinkhorn_self_cost_particles",
     "symmetric_gradient_fd",

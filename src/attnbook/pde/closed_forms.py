@@ -22,6 +22,8 @@ import math
 
 import numpy as np
 
+from ..linalg import psd_sqrt
+
 __all__ = [
     "scalar_softmax_variance",
     "scalar_softmax_mean",
@@ -34,7 +36,6 @@ __all__ = [
     "linear_moment_rhs",
     "sinkhorn_moment_rhs",
     "sinkhorn_scalar_rhs",
-    "psd_sqrt",
     "kernel_basis",
 ]
 
@@ -75,12 +76,6 @@ def _sym_matrix(M, name):
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise ValueError(f"{name} must be a square matrix, got shape {M.shape}")
     return M
-
-
-def psd_sqrt(S) -> np.ndarray:
-    """Symmetric square root of a symmetric PSD matrix (tiny negative eigenvalues clipped)."""
-    w, U = np.linalg.eigh((np.asarray(S, float) + np.asarray(S, float).T) / 2)
-    return (U * np.sqrt(np.clip(w, 0, None))) @ U.T
 
 
 def identity_value_blowup_time(cov0, A) -> float:
@@ -127,20 +122,19 @@ def clustering_limit(cov0, A, tol: float = 1e-10) -> np.ndarray:
     return U @ np.linalg.inv(U.T @ np.linalg.inv(S) @ U) @ U.T
 
 
+def _floats(*arrays):
+    return tuple(np.asarray(z, float) for z in arrays)
+
+
 def softmax_moment_rhs(mean, cov, A, V):
     r""":math:`\dot\alpha = V(I + \Sigma A)\alpha`, :math:`\dot\Sigma = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top`."""
-    a, S, A, V = (
-        np.asarray(mean, float),
-        np.asarray(cov, float),
-        np.asarray(A, float),
-        np.asarray(V, float),
-    )
+    a, S, A, V = _floats(mean, cov, A, V)
     return V @ (a + S @ A @ a), V @ S @ A @ S + S @ A.T @ S @ V.T
 
 
 def l2_moment_rhs(mean, cov, Q, K, V):
     r"""ℓ² kernel :math:`e^{-|Qx-Ky|^2}`: :math:`\Gamma(x) = V(I + 2\Sigma K^\top K)^{-1}(\alpha + 2\Sigma K^\top Qx)`."""
-    a, S, Q, K, V = (np.asarray(z, float) for z in (mean, cov, Q, K, V))
+    a, S, Q, K, V = _floats(mean, cov, Q, K, V)
     Minv = np.linalg.inv(np.eye(len(S)) + 2 * S @ K.T @ K)
     J = 2 * V @ Minv @ S @ K.T @ Q
     return V @ Minv @ (a + 2 * S @ K.T @ Q @ a), J @ S + S @ J.T
@@ -148,12 +142,7 @@ def l2_moment_rhs(mean, cov, Q, K, V):
 
 def linear_moment_rhs(mean, cov, A, V):
     r""":math:`\dot\alpha = V(\Sigma + \alpha\alpha^\top)A\alpha`, :math:`\dot\Sigma = V(\Sigma+\alpha\alpha^\top)A\Sigma + \text{transpose}`."""
-    a, S, A, V = (
-        np.asarray(mean, float),
-        np.asarray(cov, float),
-        np.asarray(A, float),
-        np.asarray(V, float),
-    )
+    a, S, A, V = _floats(mean, cov, A, V)
     J = V @ (S + np.outer(a, a)) @ A
     return J @ a, J @ S + S @ J.T
 
@@ -163,12 +152,7 @@ def sinkhorn_moment_rhs(mean, cov, A, V):
 
     :math:`\dot\alpha = V\alpha`, :math:`\dot\Sigma = VJ_0\Sigma + \Sigma J_0^\top V^\top` (needs Σ ≻ 0).
     """
-    a, S, A, V = (
-        np.asarray(mean, float),
-        np.asarray(cov, float),
-        np.asarray(A, float),
-        np.asarray(V, float),
-    )
+    a, S, A, V = _floats(mean, cov, A, V)
     R = psd_sqrt(S)
     M = np.eye(len(S)) + 4 * R @ A.T @ S @ A @ R
     J0 = 2 * S @ A @ R @ np.linalg.inv(np.eye(len(S)) + psd_sqrt(M)) @ np.linalg.inv(R)

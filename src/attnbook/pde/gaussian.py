@@ -8,24 +8,28 @@ Gaussian, with :math:`\dot\alpha = \Gamma_\mu(\alpha)` and :math:`\dot\Sigma = J
 .. math:: \dot\Sigma = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top,
 
 which can blow up in finite time. :func:`gaussian_flow` integrates the lambdified SymPy
-right-hand side with :func:`scipy.integrate.solve_ivp` and stops at a blow-up (an entry of
+right-hand side with :func:`attnbook.flows.odeint_dopri5` and stops at a blow-up (an entry of
 :math:`\alpha` or :math:`\Sigma` above ``blowup_threshold``), reporting its time instead of
-returning NaN. :func:`covariance_flow` integrates many zero-mean softmax covariance flows at
+returning NaN; it tells a finite-time singularity from unbounded growth that takes infinite
+time (ℓ² with a rank-deficient key map grows exponentially). :func:`covariance_flow` integrates many zero-mean softmax covariance flows at
 once in torch (for pictures in the PSD cone and limiting-rank histograms).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.integrate import solve_ivp
 
+from ..attention import resolve_kind
+from ..errors import BlowUpError
 from ..flows import check_times, odeint_dopri5
-from ..validation import as_float64_array, check_choice
-from .particles import _ALIASES, resolve_params  # one table of kind aliases
+from ..linalg import check_psd
+from ..validation import as_float64_array, check_positive
+from .particles import resolve_params
 from .symbolic import moment_rhs
 
 __all__ = [
@@ -39,31 +43,49 @@ __all__ = [
 ]
 
 GAUSSIAN_FLOW_KINDS = ("softmax", "l2", "sinkhorn", "linear", "multihead")
+#: After crossing ``blowup_threshold`` M the flow is continued to ``M * _CONTINUE_FACTOR``.
+_CONTINUE_FACTOR = 1e4
 
 
-@dataclass
+@dataclass(frozen=True)
 class GaussianFlow:
-    """Solution of the moment ODEs at the requested times reached before any blow-up."""
+    """Solution of the moment ODEs at the requested times reached before the threshold.
+
+    Exactly one of three fates: finite on the whole interval (``blowup_time`` and
+    ``growth_rate`` None); a finite-time singularity (``blowup_time`` its time); or unbounded
+    growth that takes infinite time (``blowup_time`` None, ``growth_rate`` the exponential rate
+    of the largest entry when it crossed the threshold). ``threshold_time``: when an entry
+    first exceeded ``blowup_threshold`` (None if never).
+    """
 
     t: np.ndarray  #: (m,) times (a prefix of the requested ones)
     mean: np.ndarray  #: (m, d)
     cov: np.ndarray  #: (m, d, d)
-    blowup_time: float | None  #: None if finite on the whole interval
+    blowup_time: float | None  #: time of a finite-time singularity, else None
     kind: str
     message: str = ""
+    growth_rate: float | None = (
+        None  #: rate r of |entries| ~ e^{rt} when growth, else None
+    )
+    threshold_time: float | None = None  #: first crossing of the threshold, else None
+    wall_s: float = 0.0  #: wall-clock seconds of the call
 
     @property
     def blew_up(self) -> bool:
+        """A finite-time singularity (not mere growth)."""
         return self.blowup_time is not None
+
+    @property
+    def grew(self) -> bool:
+        """Unbounded growth taking infinite time (the threshold was crossed, no singularity)."""
+        return self.growth_rate is not None
 
 
 _to_numpy = as_float64_array  # tensors, arrays or lists → finite float64 arrays
 
 
-def check_covariance(
-    cov, name: str = "cov0", d: int | None = None, *, tol: float = 1e-9
-) -> np.ndarray:
-    """A symmetric positive semi-definite ``(d, d)`` float64 matrix, or a ``ValueError`` naming ``name``."""
+def check_covariance(cov, name: str = "cov0", d: int | None = None) -> np.ndarray:
+    """A symmetric PSD ``(d, d)`` float64 matrix (:func:`attnbook.linalg.check_psd`'s tolerance)."""
     S = _to_numpy(cov, name)
     if S.ndim != 2 or S.shape[0] != S.shape[1]:
         raise ValueError(f"{name} must be a square matrix, got shape {S.shape}")
@@ -71,17 +93,7 @@ def check_covariance(
         raise ValueError(
             f"{name} must be {d}x{d} to match the mean, got shape {S.shape}"
         )
-    scale = max(1.0, float(np.abs(S).max()))
-    if not np.allclose(S, S.T, atol=tol * scale, rtol=0):
-        raise ValueError(
-            f"{name} must be symmetric (max asymmetry {np.abs(S - S.T).max():.3g})"
-        )
-    lam = float(np.linalg.eigvalsh(S).min())
-    if lam < -tol * scale:
-        raise ValueError(
-            f"{name} must be positive semi-definite, smallest eigenvalue {lam:.3g}"
-        )
-    return (S + S.T) / 2
+    return check_psd(S, name)
 
 
 def _heads(kind, d, A, V, Q, K, heads):
@@ -105,8 +117,7 @@ def _heads(kind, d, A, V, Q, K, heads):
 
 def moment_field(kind: str, d: int, *, A=None, V=None, Q=None, K=None, heads=None):
     r"""The right-hand side ``f(mean, cov) -> (mean', cov')`` summed over heads (NumPy)."""
-    kind = _ALIASES.get(kind, kind) if isinstance(kind, str) else kind
-    check_choice(kind, "kind", GAUSSIAN_FLOW_KINDS)
+    kind = resolve_kind(kind, GAUSSIAN_FLOW_KINDS)  # the one alias table
     base = "softmax" if kind == "multihead" else kind
     hs = _heads(kind, d, A, V, Q, K, heads)
 
@@ -127,25 +138,28 @@ def gaussian_flow(
     t,
     *,
     kind: str,
-    A=None,
-    V=None,
-    Q=None,
-    K=None,
-    heads=None,
     rtol: float = 1e-10,
     atol: float = 1e-12,
     blowup_threshold: float = 1e8,
-    method: str = "DOP853",
+    **params,
 ) -> GaussianFlow:
     r"""Mean and covariance of the Gaussian solution of the Transformer PDE at the times ``t``.
 
-    ``kind``: softmax, l2, sinkhorn, linear or multihead (softmax heads); the parameters are
-    those of :func:`attnbook.pde.velocity` (defaults ``A = V = I``). ``t`` strictly increasing,
-    ``t[0]`` the time of ``(mean0, cov0)``. The solver stops at the first time an entry of
-    :math:`\alpha` or :math:`\Sigma` exceeds ``blowup_threshold`` (in absolute value);
-    ``blowup_time`` is that time (within :math:`O(1/\text{threshold})` of the true singularity of
-    the Riccati flow) and the arrays hold only the requested times before it.
+    ``kind``: softmax, l2, sinkhorn, linear or multihead (softmax heads); ``params``: ``A, V,
+    Q, K, heads`` as in :func:`attnbook.pde.velocity` (defaults ``A = V = I``). ``t`` strictly increasing,
+    ``t[0]`` the time of ``(mean0, cov0)``. Integrated by :func:`attnbook.flows.odeint_dopri5`.
+
+    When an entry of :math:`lpha` or :math:`\Sigma` first exceeds ``blowup_threshold``
+    (:math:`M`, at time :math:`T_M`) the flow is continued to :math:`M' = 10^4 M`. A
+    finite-time singularity has converging crossing times (:math:`T^* - T_M = O(1/M)` for the
+    Riccati flow): if :math:`|T_{M'} - T_M| \le 10^{-3}(T_M - t_0)`, ``blowup_time`` is
+    :math:`T_{M'}` (or where the step size underflows). Otherwise the growth takes infinite
+    time (exponential growth has :math:`T_{M'} - T_M = \ln 10^4 / r`): ``blowup_time`` is None
+    and ``growth_rate`` is :math:`r = \ln 10^4 / (T_{M'} - T_M)` (a lower bound when
+    :math:`M'` is not reached within :math:`2(T_M - t_0) + 1`). The arrays hold the requested
+    times before :math:`T_M`.
     """
+    start = time.perf_counter()
     a0 = _to_numpy(mean0, "mean0")
     if a0.ndim != 1:
         raise ValueError(f"mean0 must be a vector (d,), got shape {a0.shape}")
@@ -157,57 +171,59 @@ def gaussian_flow(
             "kind 'sigmoid' has no Gaussian closure (its velocity is not affine on a "
             "Gaussian); simulate particles instead"
         )
-    field = moment_field(kind, d, A=A, V=V, Q=Q, K=K, heads=heads)
+    M = check_positive(blowup_threshold, "blowup_threshold")
+    field = moment_field(kind, d, **params)
+    kind = resolve_kind(kind, GAUSSIAN_FLOW_KINDS)
 
-    def rhs(_t, yv):
-        dm, dS = field(yv[:d], yv[d:].reshape(d, d))
-        return np.concatenate([dm, dS.ravel()])
+    def rhs(_t, y):
+        yn = y.numpy()
+        dm, dS = field(yn[:d], yn[d:].reshape(d, d))
+        return torch.from_numpy(np.concatenate([dm, dS.ravel()]))
 
-    def blowup(_t, yv):
-        return blowup_threshold - np.abs(yv).max()
-
-    blowup.terminal = True
-
-    y0 = np.concatenate([a0, S0.ravel()])
-    sol = solve_ivp(
-        rhs,
-        (times[0], times[-1]),
-        y0,
-        method=method,
-        t_eval=times,
-        rtol=rtol,
-        atol=atol,
-        events=blowup,
-    )
-    blow_t, message = None, "finite on the whole interval"
-    if sol.status == 1 and len(sol.t_events[0]):
-        blow_t = float(sol.t_events[0][0])
-        message = f"blew up: |entries| > {blowup_threshold:.1e} at t = {blow_t:.8g}"
-    elif sol.status == -1:
-        blow_t = float(sol.t[-1]) if len(sol.t) else float(times[0])
-        message = f"solver stopped ({sol.message}); treated as a blow-up near t = {blow_t:.6g}"
-    Y = sol.y.T
-    keep = np.all(np.isfinite(Y), axis=1)
-    if not keep.all():  # never hand back NaN
-        first_bad = int(np.argmin(keep))
-        Y, tt = Y[:first_bad], sol.t[:first_bad]
-        blow_t = (
-            blow_t
-            if blow_t is not None
-            else float(tt[-1])
-            if len(tt)
-            else float(times[0])
-        )
-    else:
-        tt = sol.t
+    y0 = torch.from_numpy(np.concatenate([a0, S0.ravel()]))
+    opts = dict(rtol=rtol, atol=atol)
+    blow_t = rate = cross_t = None
+    try:
+        Y = odeint_dopri5(rhs, y0, times, max_abs=M, **opts).numpy()
+        message = "finite on the whole interval"
+    except BlowUpError as err:
+        Y, cross_t = err.partial.numpy(), err.time
+        t_k = float(err.times[-1])
+        horizon = t_k + 2 * (cross_t - times[0]) + 1
+        M2 = M * _CONTINUE_FACTOR
+        try:
+            odeint_dopri5(rhs, err.partial[-1], [t_k, horizon], max_abs=M2, **opts)
+            rate = math.log(_CONTINUE_FACTOR) / (horizon - cross_t)
+            message = (
+                f"unbounded growth: |entries| > {M:.1e} at t = {cross_t:.6g}, not "
+                f"{M2:.1e} by t = {horizon:.6g} (rate ≥ {rate:.4g})"
+            )
+        except BlowUpError as err2:
+            t2 = err2.time
+            if abs(t2 - cross_t) <= 1e-3 * (cross_t - times[0]):
+                blow_t = t2
+                message = (
+                    f"finite-time singularity at t = {t2:.10g} (|entries| crossed "
+                    f"{M:.1e} at t = {cross_t:.10g}, {M2:.1e} at t = {t2:.10g})"
+                )
+            else:
+                rate = math.log(_CONTINUE_FACTOR) / (t2 - cross_t)
+                message = (
+                    f"unbounded growth, no finite-time singularity: |entries| crossed "
+                    f"{M:.1e} at t = {cross_t:.6g} and {M2:.1e} at t = {t2:.6g} "
+                    f"(rate {rate:.4g})"
+                )
     cov = Y[:, d:].reshape(-1, d, d)
     return GaussianFlow(
-        t=np.asarray(tt),
+        t=np.asarray(times[: len(Y)]),
         mean=Y[:, :d].copy(),
         cov=(cov + cov.transpose(0, 2, 1)) / 2,
         blowup_time=blow_t,
         kind=kind,
         message=message,
+        growth_rate=rate,
+        threshold_time=cross_t,
+        wall_s=time.perf_counter() - start,
     )
 
 
@@ -248,8 +264,7 @@ def covariance_flow(
         raise ValueError(
             f"cov0 must be (B, d, d) or (d, d), got shape {tuple(S0.shape)}"
         )
-    for i in range(S0.shape[0]):
-        check_covariance(S0[i].numpy(), f"cov0[{i}]")
+    S0 = check_psd(S0, "cov0")
     d = S0.shape[-1]
     Am = torch.as_tensor(_to_numpy(A, "A"))
     Vm = (

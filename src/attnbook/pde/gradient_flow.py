@@ -37,10 +37,20 @@ import torch
 from ..flows import check_times, odeint
 from ..validation import as_tensor, check_finite
 from .meanfield import optimal_matching
-from .particles import _check_x, _weights, interaction_energy
+from .particles import (
+    attention_matrix,
+    check_cloud,
+    interaction_energy,
+    particle_masses,
+)
 from .symbolic import sinkhorn_cross_covariance
 
 __all__ = [
+    "relative_asymmetry",
+    "weighted_field_jacobian_fd",
+    "sinkhorn_self_cost_minimised",
+    "translation_energies",
+    "radial_geodesic_energy",
     "metric_tensor",
     "partition_gradient",
     "twisted_velocity",
@@ -108,9 +118,19 @@ def metric_tensor(A, V) -> tuple[np.ndarray, int]:
 
 
 def _cloud(x, weights):
-    X = _check_x(x).to(torch.float64)
-    w = _weights(X.shape[-2], weights, 0.0, X.dtype, X.device)
+    X = check_cloud(x).to(torch.float64)
+    w = particle_masses(X.shape[-2], weights, dtype=X.dtype, device=X.device)
     return X, w
+
+
+def _cloud_and_velocity(x, v, weights):
+    X, w = _cloud(x, weights)
+    vt = check_finite(as_tensor(v, "v"), "v").to(X)
+    if vt.shape != X.shape:
+        raise ValueError(
+            f"v must have the shape of x {tuple(X.shape)}, got {tuple(vt.shape)}"
+        )
+    return X, w, vt
 
 
 def partition_gradient(x, *, A, weights=None):
@@ -150,12 +170,7 @@ def twisted_velocity(x, *, A, V, weights=None):
 def metric_norm_sq(x, v, *, A, V, weights=None):
     r""":math:`\|v\|_g^2 = \sum_i w_i Z_\mu(x_i)\langle v_i, (sS)^{-1}v_i\rangle`, batched ``(...)``."""
     is_numpy = isinstance(x, np.ndarray)
-    X, w = _cloud(x, weights)
-    vt = check_finite(as_tensor(v, "v"), "v").to(X)
-    if vt.shape != X.shape:
-        raise ValueError(
-            f"v must have the shape of x {tuple(X.shape)}, got {tuple(vt.shape)}"
-        )
+    X, w, vt = _cloud_and_velocity(x, v, weights)
     S, s = metric_tensor(A, V)
     Minv = torch.linalg.inv(torch.as_tensor(s * S)).to(X)
     Z, _ = partition_gradient(X, A=A, weights=weights)
@@ -170,12 +185,7 @@ def energy_rate(x, v, *, A, weights=None):
     :math:`s\|v\|_g^2` (:func:`metric_norm_sq`). Batched ``(...)``.
     """
     is_numpy = isinstance(x, np.ndarray)
-    X, w = _cloud(x, weights)
-    vt = check_finite(as_tensor(v, "v"), "v").to(X)
-    if vt.shape != X.shape:
-        raise ValueError(
-            f"v must have the shape of x {tuple(X.shape)}, got {tuple(vt.shape)}"
-        )
+    X, w, vt = _cloud_and_velocity(x, v, weights)
     At = _square(A, "A", X.shape[-1])
     Xg = X.detach().clone().requires_grad_(True)
     with torch.enable_grad():
@@ -204,11 +214,11 @@ class EnergyBalance:
 
 
 def energy_balance(
-    x0, t, *, A, V, step: float = 0.01, progress: bool | None = None
+    x0, t, *, A, V, step_size: float = 0.01, progress: bool | None = None
 ) -> EnergyBalance:
     r"""Integrate the softmax particles together with :math:`q(t) = s\int_0^t\|\Gamma\|^2_g`.
 
-    The augmented state :math:`(X, q)` is integrated by RK4 (step ``step``), so :math:`q` carries
+    The augmented state :math:`(X, q)` is integrated by RK4 (step ``step_size``), so :math:`q` carries
     the same discretisation as :math:`X`; :math:`E(X(t)) - E(X(0)) - q(t)` then vanishes to
     :math:`O(h^4)` exactly when :math:`dE/dt = s\|\Gamma\|_g^2`. ``x0``: ``(..., n, d)``, uniform masses.
     """
@@ -235,7 +245,9 @@ def energy_balance(
         ],
         dim=-1,
     )
-    traj = odeint(rhs, state0, times, method="rk4", step=step, progress=progress)
+    traj = odeint(
+        rhs, state0, times, method="rk4", step_size=step_size, progress=progress
+    )
     X = traj[..., :-1].reshape(len(times), *X0.shape)
     E = interaction_energy(X, A=At)
     return EnergyBalance(times, X.numpy(), np.asarray(E), traj[..., -1].numpy(), s)
@@ -327,9 +339,7 @@ def sinkhorn_self_cost_particles(x, A, *, tol: float = 1e-11) -> float:
     (``kind="sinkhorn"``): :math:`\sum_{ij}\pi_{ij}(-\langle Ax_i,x_j\rangle + \log\frac{\pi_{ij}}{w_iw_j})`.
     Converges to :func:`sinkhorn_self_cost` for Gaussian samples as :math:`n\to\infty`.
     """
-    from .particles import attention_matrix
-
-    X = _check_x(x).to(torch.float64)
+    X = check_cloud(x).to(torch.float64)
     if X.dim() != 2:
         raise ValueError(f"x must be one cloud (n, d), got shape {tuple(X.shape)}")
     n = X.shape[0]
@@ -374,3 +384,97 @@ def bures_wasserstein_rhs(cov, grad) -> np.ndarray:
             f"cov and grad must be square matrices of the same shape, got {S.shape}, {G.shape}"
         )
     return -2 * (G @ S + S @ G)
+
+
+def relative_asymmetry(M) -> float:
+    r""":math:`\|M - M^\top\|_F / \|M\|_F` of a square matrix (0 for a symmetric one)."""
+    Mn = np.asarray(M, float)
+    return float(np.linalg.norm(Mn - Mn.T) / np.linalg.norm(Mn))
+
+
+def weighted_field_jacobian_fd(x, *, A, V, h: float = 1e-5) -> np.ndarray:
+    r"""Jacobian ``(nd, nd)`` of :math:`X \mapsto (Z_\mu(x_i)(sS)^{-1}\Gamma_i)_i` by central differences.
+
+    For symmetric ``A`` with :math:`S = VA^{-1}` definite this field is :math:`s\,n\nabla_X E`,
+    a gradient: its Jacobian is symmetric (:func:`relative_asymmetry` ≈ 0).
+    """
+    from .particles import velocity
+
+    X = np.asarray(x, float)
+    n, d = X.shape
+    S, s = metric_tensor(A, V)
+    Minv = np.linalg.inv(s * S)
+
+    def field(flat):
+        y = flat.reshape(n, d)
+        Zy = np.asarray(partition_gradient(y, A=A)[0])
+        return (Zy[:, None] * velocity(y, kind="softmax", A=A, V=V) @ Minv).reshape(-1)
+
+    flat = X.reshape(-1)
+    cols = [
+        (field(flat + h * e) - field(flat - h * e)) / (2 * h) for e in np.eye(n * d)
+    ]
+    return np.stack(cols, axis=1)
+
+
+def sinkhorn_self_cost_minimised(cov, A) -> float:
+    r""":math:`\tfrac12\mathrm{OT}_1` by direct BFGS minimisation over Gaussian plans (any cross-covariance).
+
+    The entropic cost of the plan with marginals :math:`N(0,\Sigma)` and cross-covariance
+    :math:`C` is :math:`-\operatorname{tr}(AC) - \tfrac12\log\det(I - \Sigma^{-1}C^\top\Sigma^{-1}C)`;
+    an independent check of the closed form :func:`sinkhorn_self_cost`.
+    """
+    from scipy.optimize import minimize
+
+    S = np.asarray(cov, float)
+    Am = np.asarray(A, float)
+    d = len(S)
+    Si = np.linalg.inv(S)
+
+    def cost(c):
+        C = c.reshape(d, d)
+        lam = np.linalg.eigvals(
+            np.eye(d) - Si @ C.T @ Si @ C
+        ).real  # > 0 for a valid plan
+        return 1e6 if lam.min() <= 0 else -np.trace(Am @ C) - 0.5 * np.log(lam).sum()
+
+    res = minimize(cost, np.zeros(d * d), method="BFGS", options={"gtol": 1e-10})
+    return 0.5 * float(res.fun)
+
+
+def translation_energies(x, shifts, *, A) -> np.ndarray:
+    r""":math:`E(\mu + m e_1)` for each shift ``m`` of ``shifts``: clouds ``x`` ``(..., n, d)``.
+
+    Returns ``(len(shifts), ...)`` (a translation is a W₂ geodesic with constant speed).
+    """
+    X = np.asarray(x, float)
+    e1 = np.zeros(X.shape[-1])
+    e1[0] = 1.0
+    return np.stack(
+        [
+            np.asarray(interaction_energy(X + m * e1, A=A))
+            for m in np.asarray(shifts, float)
+        ]
+    )
+
+
+def radial_geodesic_energy(s, *, h: float = 1e-4) -> tuple[np.ndarray, np.ndarray]:
+    r"""One particle, :math:`V = I`, :math:`A = -I`: :math:`E` and :math:`d^2E/ds^2` along a radial
+    unit-speed geodesic of the metric :math:`Z(x)|dx|^2 = e^{-|x|^2}|dx|^2`.
+
+    Arc length :math:`s = \int_0^r e^{-\rho^2/2}d\rho = \sqrt{\pi/2}\,\mathrm{erf}(r/\sqrt2)`, so the
+    radius is :math:`r(s) = \sqrt2\,\mathrm{erf}^{-1}(s/\sqrt{\pi/2})`; :math:`E` is
+    :func:`interaction_energy` of the particle at :math:`(r(s), 0)` and the second derivative
+    a central difference of step ``h``. Returns ``(r, d2E/ds2)`` at the arc lengths ``s``.
+    """
+    from scipy.special import erfinv
+
+    s = np.asarray(s, float)
+
+    def energy(u):
+        r = np.sqrt(2) * erfinv(u / np.sqrt(np.pi / 2))
+        pts = np.stack([r, np.zeros_like(r)], -1)[..., None, :]
+        return np.asarray(interaction_energy(pts, A=-np.eye(2))), r
+
+    (Em, _), (E0, r), (Ep, _) = energy(s - h), energy(s), energy(s + h)
+    return r, (Ep - 2 * E0 + Em) / h**2

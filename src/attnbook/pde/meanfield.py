@@ -33,8 +33,9 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from scipy.stats import norm
 
+from ..linalg import psd_sqrt
 from ..validation import as_float64_array, as_tensor, check_finite
-from .particles import _check_x, _interaction, _prepare
+from .particles import check_cloud, interaction_matrices, prepare_inputs
 
 __all__ = [
     "w2_to_gaussian_1d",
@@ -46,6 +47,9 @@ __all__ = [
     "one_sided_lipschitz",
     "coupling_distance",
     "optimal_matching",
+    "tangent_distance",
+    "sample_disk",
+    "two_sample_rates",
 ]
 
 
@@ -85,11 +89,6 @@ def w2_to_gaussian_1d(x, mean, var) -> np.ndarray:
     return np.sqrt(np.maximum(w2sq, 0.0))
 
 
-def _sqrtm_psd(S: np.ndarray) -> np.ndarray:
-    w, U = np.linalg.eigh((S + np.swapaxes(S, -1, -2)) / 2)
-    return (U * np.sqrt(np.clip(w, 0, None))[..., None, :]) @ np.swapaxes(U, -1, -2)
-
-
 def gelbrich_distance(x, mean, cov) -> np.ndarray:
     r"""Bures–Wasserstein distance between the clouds' moments and :math:`N(\text{mean}, \text{cov})`.
 
@@ -110,8 +109,8 @@ def gelbrich_distance(x, mean, cov) -> np.ndarray:
     mu = X.mean(-2)
     Z = X - mu[..., None, :]
     C = np.swapaxes(Z, -1, -2) @ Z / X.shape[-2]
-    R = _sqrtm_psd(C)
-    cross = _sqrtm_psd(R @ S @ R)
+    R = psd_sqrt(C)
+    cross = psd_sqrt((R @ S @ R + np.swapaxes(R @ S @ R, -1, -2)) / 2)
     tr = np.trace(C + S - 2 * cross, axis1=-2, axis2=-1)
     return np.sqrt(np.maximum(((mu - m) ** 2).sum(-1) + tr, 0.0))
 
@@ -187,40 +186,32 @@ def fit_rate(n, values) -> RateFit:
     return RateFit(float(slope), float(np.exp(icpt)), stderr, N, Y)
 
 
-def particle_jacobian(
-    x,
-    *,
-    kind: str = "softmax",
-    A=None,
-    V=None,
-    Q=None,
-    K=None,
-    heads=None,
-    causal: bool = False,
-    weights=None,
-    bias: float = 0.0,
-):
+def particle_jacobian(x, *, kind: str = "softmax", **layer):
     r"""Jacobian of the particle velocity field :math:`X \mapsto (\Gamma_{\mu_X}(x_i))_i`.
 
-    ``x``: ``(n, d)`` or batched ``(..., n, d)``; returns ``(..., n d, n d)`` with rows and columns
-    ordered token-major (entry ``(i d + a, j d + b)`` is :math:`\partial \dot x_{i,a}/\partial x_{j,b}`),
-    computed by automatic differentiation (``torch.func.jacrev``, vectorised over the batch).
-    Sinkhorn is excluded (its fixed-point loop is not differentiated here).
+    ``x``: ``(n, d)`` or batched ``(..., n, d)``; ``layer``: the keywords of
+    :func:`attnbook.pde.velocity` (``A, V, Q, K, heads, causal, weights, bias``). Returns
+    ``(..., n d, n d)`` with rows and columns ordered token-major (entry ``(i d + a, j d + b)``
+    is :math:`\partial \dot x_{i,a}/\partial x_{j,b}`): the closed form for softmax, else
+    automatic differentiation (``torch.func.jacrev``, vectorised over the batch). Sinkhorn is
+    excluded (its fixed-point loop is not differentiated here).
     """
     is_numpy = isinstance(x, np.ndarray)
-    X, p, w = _prepare(x, kind, A, V, Q, K, heads, causal, weights, 0.0, bias)
+    li = prepare_inputs(x, kind=kind, **layer)
+    X, p, w, causal = li.X, li.params, li.masses, li.causal
     if p.kind == "sinkhorn":
         raise ValueError("kind 'sinkhorn' is not supported by particle_jacobian")
-    uniform = weights is None
     n, d = X.shape[-2:]
 
     def field(flat):
         Y = flat.reshape(n, d)
-        P = _interaction(Y, p, w, causal, bias, 0.0, 1, uniform)
+        P = interaction_matrices(
+            Y, p, w, causal=causal, bias=li.bias, uniform=li.uniform
+        )
         return ((P @ (Y.unsqueeze(-3) @ p.V.mT)).sum(-3)).reshape(n * d)
 
     if p.kind == "softmax":
-        J = _softmax_jacobian(X, p, w, causal, uniform)
+        J = _softmax_jacobian(X, p, w, causal, li.uniform)
     else:
         jac = torch.func.jacrev(field)
         flat = X.reshape(-1, n * d)
@@ -241,7 +232,7 @@ def _softmax_jacobian(X, p, w, causal, uniform) -> torch.Tensor:
     Memory :math:`O(n^2d^2)` instead of autograd's :math:`O(n^3 d)`.
     """
     n, d = X.shape[-2:]
-    P = _interaction(X, p, w, causal, 0.0, 0.0, 1, uniform)  # (..., H, n, n)
+    P = interaction_matrices(X, p, w, causal=causal, uniform=uniform)  # (..., H, n, n)
     Xh = X.unsqueeze(-3)  # (..., 1, n, d)
     Xk = Xh.unsqueeze(-3)  # (..., 1, 1, n, d)
     m = P @ Xh  # (..., H, n, d)
@@ -273,7 +264,7 @@ def one_sided_lipschitz(x, *, weights=None, **params):
     :math:`D = |X - Y|_w`. ``params``: as :func:`particle_jacobian`. Returns ``(...)``.
     """
     is_numpy = isinstance(x, np.ndarray)
-    X = _check_x(x)
+    X = check_cloud(x)
     J = torch.as_tensor(particle_jacobian(X, weights=weights, **params))
     n, d = X.shape[-2:]
     if weights is not None:
@@ -291,7 +282,7 @@ def coupling_distance(x, y, *, weights=None):
     with equality when ``y`` is ordered by :func:`optimal_matching`.
     """
     is_numpy = isinstance(x, np.ndarray)
-    X, Y = _check_x(x), _check_x(y)
+    X, Y = check_cloud(x), check_cloud(y, "y")
     if X.shape != Y.shape:
         raise ValueError(
             f"x and y must have the same shape, got {tuple(X.shape)} and {tuple(Y.shape)}"
@@ -328,3 +319,86 @@ def optimal_matching(x, y) -> np.ndarray:
         rows, cols = linear_sum_assignment(cost)
         perms.append(cols[np.argsort(rows)])
     return np.stack(perms).reshape(X.shape[:-1])
+
+
+def tangent_distance(jacobians, t, xi, *, weights=None) -> np.ndarray:
+    r"""Linearised coupling distance :math:`|M(t)\xi|_w / |\xi|_w` along a trajectory.
+
+    :math:`M` solves the variational equation :math:`\dot M = J(t)M`, :math:`M(0) = I`, with the
+    particle Jacobians ``jacobians`` ``(len(t), ..., nd, nd)`` given at the times ``t``;
+    integrated by products of :math:`\exp(\tfrac12(J_k + J_{k+1})\Delta t_k)` (second order in
+    the spacing of ``t``). ``xi``: perturbations ``(..., n, d)`` (batched like the Jacobians
+    after the time axis, or with extra leading axes). Returns ``(len(t), ...)`` — the
+    prediction of :math:`D(t)/D(0)` for an infinitesimal perturbation along ``xi``.
+    """
+    Jt = torch.as_tensor(np.array(_numpy(jacobians, "jacobians")))
+    times = _numpy(t, "t")
+    X = torch.as_tensor(_numpy(xi, "xi"))
+    n, d = X.shape[-2:]
+    if Jt.shape[0] != len(times) or Jt.shape[-1] != n * d:
+        raise ValueError(
+            f"jacobians must be (len(t), ..., {n * d}, {n * d}), got {tuple(Jt.shape)}"
+        )
+    w = (
+        torch.full((n,), 1.0 / n, dtype=torch.float64)
+        if weights is None
+        else torch.as_tensor(_numpy(weights, "weights"))
+    )
+    r = w.sqrt().repeat_interleave(d)
+    v = X.reshape(*X.shape[:-2], n * d)
+    norm0 = (v * r).norm(dim=-1)
+    out = [torch.ones_like(norm0)]
+    for k in range(len(times) - 1):
+        step = torch.linalg.matrix_exp(
+            (Jt[k] + Jt[k + 1]) / 2 * (times[k + 1] - times[k])
+        )
+        v = (step @ v.unsqueeze(-1)).squeeze(-1)
+        out.append((v * r).norm(dim=-1) / norm0)
+    return torch.stack(out).numpy()
+
+
+def sample_disk(n: int, radius: float = 1.0, *, seed=None, batch=()) -> torch.Tensor:
+    """``n`` points uniform in the disk of ``radius`` in the plane, shape ``(*batch, n, 2)``.
+
+    ``seed``: int or ``torch.Generator`` (``None``: torch's global generator).
+    """
+    from ..device import resolve_generator
+
+    gen = (
+        seed
+        if seed is None or isinstance(seed, torch.Generator)
+        else resolve_generator(seed)
+    )
+    r = torch.rand(*batch, n, 1, generator=gen, dtype=torch.float64).sqrt() * radius
+    th = 2 * torch.pi * torch.rand(*batch, n, 1, generator=gen, dtype=torch.float64)
+    return torch.cat([r * th.cos(), r * th.sin()], -1)
+
+
+def two_sample_rates(d: int, ns, *, n_seeds: int = 8, T: float = 1.0, seed: int = 0):
+    r"""Particles at ``T`` against the Gaussian solution in dimension ``d``, for each size in ``ns``.
+
+    Softmax with a random contracting-ish ``A`` and covariance (from ``seed``): returns
+    ``(W, G)``, each ``(len(ns), n_seeds)``: the exact two-sample :math:`W_2` between the
+    particles and an independent sample of :math:`\mu(T)` of the same size, and the Gelbrich
+    distance of the particles' moments to :math:`(\alpha(T), \Sigma(T))`.
+    """
+    from .gaussian import gaussian_flow
+    from .particles import sample_gaussian, simulate
+
+    rng = np.random.default_rng(seed)
+    B = rng.normal(size=(d, d)) / np.sqrt(d)
+    S0 = 0.3 * B @ B.T + 0.2 * np.eye(d)
+    A = 0.5 * rng.normal(size=(d, d)) / np.sqrt(d)
+    flow = gaussian_flow(np.zeros(d), S0, [0.0, T], kind="softmax", A=A)
+    if flow.blowup_time is not None or flow.grew:
+        raise FloatingPointError("the Gaussian solution left the bound before T")
+    W, G = np.zeros((len(ns), n_seeds)), np.zeros((len(ns), n_seeds))
+    for k, n in enumerate(ns):
+        x0 = sample_gaussian(int(n), np.zeros(d), S0, seed=seed + k, batch=(n_seeds,))
+        xT = simulate(x0, [0.0, T], kind="softmax", A=A, step_size=0.1)[-1]
+        ref = sample_gaussian(
+            int(n), flow.mean[-1], flow.cov[-1], seed=seed + 100 + k, batch=(n_seeds,)
+        )
+        W[k] = w2_particles_batch(xT, ref)
+        G[k] = gelbrich_distance(xT, flow.mean[-1], flow.cov[-1])
+    return W, G

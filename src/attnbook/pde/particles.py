@@ -46,9 +46,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..attention import sinkhorn
+from ..attention import resolve_kind, sinkhorn
 from ..device import default_device, resolve_generator
-from ..flows import BlowUpError, check_times, odeint
+from ..errors import BlowUpError
+from ..flows import check_times, odeint
+from ..linalg import check_psd
 from ..validation import (
     as_tensor,
     check_choice,
@@ -69,20 +71,15 @@ __all__ = [
     "partition_function",
     "sample_gaussian",
     "sink_weights",
+    "particle_masses",
+    "check_cloud",
+    "prepare_inputs",
+    "LayerInputs",
+    "interaction_matrices",
     "BlowUpError",
 ]
 
 KINDS = ("softmax", "l2", "sinkhorn", "sigmoid", "linear", "multihead")
-_ALIASES = {
-    "multi-head": "multihead",
-    "multi_head": "multihead",
-    "multi-head softmax": "multihead",
-    "multihead_softmax": "multihead",
-    "multihead-softmax": "multihead",
-    "ell2": "l2",
-    "L2": "l2",
-    "ℓ²": "l2",
-}
 
 
 @dataclass
@@ -111,9 +108,8 @@ def _matrix(M, name: str, dtype, device) -> torch.Tensor:
 
 
 def _kind(kind) -> str:
-    if isinstance(kind, str):
-        kind = _ALIASES.get(kind, kind)
-    return check_choice(kind, "kind", KINDS)
+    # aliases ("multi-head", "ℓ²", ...) from the one table, attention.KIND_ALIASES
+    return resolve_kind(kind, KINDS)
 
 
 def resolve_params(
@@ -232,7 +228,23 @@ def sink_weights(
     return w
 
 
-def _weights(n: int, weights, sink_mass, dtype, device) -> torch.Tensor:
+@dataclass(frozen=True)
+class LayerInputs:
+    """Checked inputs of one attention layer on a cloud (from :func:`prepare_inputs`)."""
+
+    X: torch.Tensor  #: tokens (..., n, d)
+    params: AttentionParams  #: per-head A, V (and ℓ² key Gram matrices)
+    masses: torch.Tensor  #: (n,) token masses
+    causal: bool
+    bias: float
+    uniform: bool  #: all masses equal (no log-mass bias needed)
+
+
+def particle_masses(
+    n: int, weights=None, sink_mass: float = 0.0, *, dtype=torch.float64, device="cpu"
+) -> torch.Tensor:
+    """The masses ``(n,)`` of the tokens: ``weights`` checked (positive, summing to one), or
+    uniform, or with an attention sink of mass ``sink_mass`` on token 0."""
     if weights is not None and sink_mass:
         raise ValueError("give either weights or sink_mass, not both")
     if weights is None:
@@ -255,14 +267,33 @@ def _weights(n: int, weights, sink_mass, dtype, device) -> torch.Tensor:
     return w
 
 
-def _check_x(x) -> torch.Tensor:
-    t = check_ndim(as_tensor(x, "x"), "x", 2, at_least=True)
-    return check_finite(t, "x")
+def check_cloud(x, name: str = "x") -> torch.Tensor:
+    """A finite tensor of tokens ``(..., n, d)`` (``TypeError``/``ValueError`` naming ``name``)."""
+    t = check_ndim(as_tensor(x, name), name, 2, at_least=True)
+    return check_finite(t, name)
 
 
-def _prepare(x, kind, A, V, Q, K, heads, causal, weights, sink_mass, bias, params=None):
-    """Shared argument checks of :func:`attention_matrix`, :func:`velocity` and :func:`simulate`."""
-    X = _check_x(x)
+def prepare_inputs(
+    x,
+    *,
+    kind,
+    A=None,
+    V=None,
+    Q=None,
+    K=None,
+    heads=None,
+    causal=False,
+    weights=None,
+    sink_mass=0.0,
+    bias=0.0,
+):
+    """Checked :class:`LayerInputs` for the particle functions (validated once per call).
+
+    The argument checks shared by :func:`attention_matrix`, :func:`velocity`,
+    :func:`simulate` and :func:`attnbook.pde.particle_jacobian`; their ``**layer`` keywords
+    are the keywords here.
+    """
+    X = check_cloud(x)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     if (
@@ -272,34 +303,22 @@ def _prepare(x, kind, A, V, Q, K, heads, causal, weights, sink_mass, bias, param
     ):
         raise TypeError(f"bias must be a finite real number, got {bias!r}")
     n, d = X.shape[-2], X.shape[-1]
-    p = (
-        params
-        if params is not None
-        else resolve_params(
-            d,
-            kind=kind,
-            A=A,
-            V=V,
-            Q=Q,
-            K=K,
-            heads=heads,
-            dtype=X.dtype,
-            device=X.device,
-        )
+    p = resolve_params(
+        d, kind=kind, A=A, V=V, Q=Q, K=K, heads=heads, dtype=X.dtype, device=X.device
     )
     if causal and p.kind == "sinkhorn":
         raise ValueError(
             "kind 'sinkhorn' has no causal version: the only doubly stochastic "
             "lower-triangular matrix is the identity"
         )
-    w = _weights(n, weights, sink_mass, X.dtype, X.device)
-    return X, p, w
+    w = particle_masses(n, weights, sink_mass, dtype=X.dtype, device=X.device)
+    return LayerInputs(X, p, w, causal, float(bias), weights is None and not sink_mass)
 
 
-def _sinkhorn_options(dtype, tol, max_iter):
+def _sinkhorn_options(dtype, tol, n_iters):
     tol = tol if tol is not None else (1e-10 if dtype == torch.float64 else 1e-5)
     return check_positive(tol, "sinkhorn_tol"), check_positive_int(
-        max_iter, "sinkhorn_max_iter"
+        n_iters, "n_sinkhorn_iters"
     )
 
 
@@ -315,10 +334,23 @@ def _logits(X: torch.Tensor, p: AttentionParams) -> torch.Tensor:
     return L
 
 
-def _interaction(
-    X, p, w, causal, bias, sink_tol, sink_iter, uniform: bool
+def interaction_matrices(
+    X: torch.Tensor,
+    p: AttentionParams,
+    w: torch.Tensor,
+    *,
+    causal: bool = False,
+    bias: float = 0.0,
+    sinkhorn_tol: float = 1e-10,
+    n_sinkhorn_iters: int = 2000,
+    uniform: bool = True,
 ) -> torch.Tensor:
-    """The matrices :math:`P^h_{ij}` (see :func:`attention_matrix`)."""
+    """The matrices :math:`P^h_{ij}` (see :func:`attention_matrix`) on checked inputs.
+
+    ``X, p, w`` as in :class:`LayerInputs` (no validation here: the inner loop of
+    solvers and Jacobians). ``uniform``: the masses are all equal (skips the log-mass bias).
+    """
+    sink_tol, sink_iter = sinkhorn_tol, n_sinkhorn_iters
     n = X.shape[-2]
     L = _logits(X, p)
     mask = (
@@ -365,7 +397,16 @@ def _field(X, p, w, causal, bias, sink_tol, sink_iter, sphere, uniform) -> torch
             parts.append((E @ XV) / E.sum(-1, keepdim=True))
         out = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)).sum(-3)
     else:
-        P = _interaction(X, p, w, causal, bias, sink_tol, sink_iter, uniform)
+        P = interaction_matrices(
+            X,
+            p,
+            w,
+            causal=causal,
+            bias=bias,
+            sinkhorn_tol=sink_tol,
+            n_sinkhorn_iters=sink_iter,
+            uniform=uniform,
+        )
         out = (P @ XV).sum(-3)  # sum_h P^h X V_h^T
     if sphere:
         out = out - (out * X).sum(-1, keepdim=True) * X / (X * X).sum(-1, keepdim=True)
@@ -375,77 +416,68 @@ def _field(X, p, w, causal, bias, sink_tol, sink_iter, sphere, uniform) -> torch
 def attention_matrix(
     x,
     *,
-    kind: str,
-    A=None,
-    V=None,
-    Q=None,
-    K=None,
-    heads=None,
-    causal: bool = False,
-    weights=None,
-    sink_mass: float = 0.0,
-    bias: float = 0.0,
     sinkhorn_tol: float | None = None,
-    sinkhorn_max_iter: int = 2000,
+    n_sinkhorn_iters: int = 2000,
+    **layer,
 ):
     r"""The interaction matrices :math:`P^h_{ij}` with :math:`\dot x_i = \sum_h \sum_j P^h_{ij} V_h x_j`.
 
     Shape ``(..., H, n, n)``. Rows sum to one for softmax, ℓ², Sinkhorn and multihead
     (:math:`P_{ij} \propto w_j e^{\text{score}_{ij}}`); for sigmoid
     :math:`P_{ij} = w_j\sigma(\langle Ax_i,x_j\rangle + b)`, for linear
-    :math:`P_{ij} = w_j\langle Ax_i, x_j\rangle`. Same arguments as :func:`velocity`.
+    :math:`P_{ij} = w_j\langle Ax_i, x_j\rangle`. ``layer``: the keywords of :func:`velocity`
+    (``kind`` required; ``A, V, Q, K, heads, causal, weights, sink_mass, bias``).
     """
     is_numpy = isinstance(x, np.ndarray)
-    X, p, w = _prepare(x, kind, A, V, Q, K, heads, causal, weights, sink_mass, bias)
-    tol, it = _sinkhorn_options(X.dtype, sinkhorn_tol, sinkhorn_max_iter)
-    P = _interaction(
-        X, p, w, causal, bias, tol, it, uniform=weights is None and not sink_mass
+    li = prepare_inputs(x, **layer)
+    tol, it = _sinkhorn_options(li.X.dtype, sinkhorn_tol, n_sinkhorn_iters)
+    P = interaction_matrices(
+        li.X,
+        li.params,
+        li.masses,
+        causal=li.causal,
+        bias=li.bias,
+        sinkhorn_tol=tol,
+        n_sinkhorn_iters=it,
+        uniform=li.uniform,
     )
     return P.cpu().numpy() if is_numpy else P
+
+
+def _field_of(li: LayerInputs, sphere: bool, sinkhorn_tol, n_sinkhorn_iters):
+    """The unchecked velocity ``X -> Γ(X)`` of a checked layer (the integrator's inner loop)."""
+    tol, it = _sinkhorn_options(li.X.dtype, sinkhorn_tol, n_sinkhorn_iters)
+    p, w, causal, bias, uniform = li.params, li.masses, li.causal, li.bias, li.uniform
+
+    def field(X):
+        return _field(X, p, w, causal, bias, tol, it, sphere, uniform)
+
+    return field
 
 
 def velocity(
     x,
     *,
-    kind: str,
-    A=None,
-    V=None,
-    Q=None,
-    K=None,
-    heads=None,
-    causal: bool = False,
-    weights=None,
-    sink_mass: float = 0.0,
-    bias: float = 0.0,
     sphere: bool = False,
     sinkhorn_tol: float | None = None,
-    sinkhorn_max_iter: int = 2000,
+    n_sinkhorn_iters: int = 2000,
+    **layer,
 ):
     r"""Velocity :math:`\Gamma_{\mu_n}(x_i) = \sum_h \sum_j P^h_{ij} V_h x_j` of every token.
 
-    ``x``: ``(n, d)`` or ``(..., n, d)`` (NumPy in → NumPy out). ``kind`` is one of
-    :data:`KINDS`; see the module docstring for ``A, V, Q, K, heads, causal, sink_mass``.
-    ``weights``: particle masses ``(n,)`` (positive, summing to one; default ``1/n``).
-    ``bias``: the sigmoid's :math:`b`. ``sphere=True`` projects the velocity on the tangent
-    space of the sphere, :math:`v_i - \langle v_i, x_i\rangle x_i/|x_i|^2` (the dynamics of
-    tokens normalised at every layer). Returns the same shape as ``x``.
+    ``x``: ``(n, d)`` or ``(..., n, d)`` (NumPy in → NumPy out). ``layer``: ``kind`` (one of
+    :data:`KINDS`, required) and ``A, V, Q, K, heads, causal, weights, sink_mass, bias`` (see
+    the module docstring and :func:`prepare_inputs`). ``weights``: particle masses ``(n,)``
+    (positive, summing to one; default ``1/n``). ``bias``: the sigmoid's :math:`b`.
+    ``sphere=True`` projects the velocity on the tangent space of the sphere,
+    :math:`v_i - \langle v_i, x_i\rangle x_i/|x_i|^2` (the dynamics of tokens normalised at
+    every layer). Returns the same shape as ``x``.
     """
     is_numpy = isinstance(x, np.ndarray)
     if not isinstance(sphere, bool):
         raise TypeError(f"sphere must be a bool, got {type(sphere).__name__}")
-    X, p, w = _prepare(x, kind, A, V, Q, K, heads, causal, weights, sink_mass, bias)
-    tol, it = _sinkhorn_options(X.dtype, sinkhorn_tol, sinkhorn_max_iter)
-    out = _field(
-        X,
-        p,
-        w,
-        causal,
-        bias,
-        tol,
-        it,
-        sphere,
-        uniform=weights is None and not sink_mass,
-    )
+    li = prepare_inputs(x, **layer)
+    out = _field_of(li, sphere, sinkhorn_tol, n_sinkhorn_iters)(li.X)
     return out.cpu().numpy() if is_numpy else out
 
 
@@ -453,67 +485,60 @@ def simulate(
     x0,
     t,
     *,
-    kind: str,
-    A=None,
-    V=None,
-    Q=None,
-    K=None,
-    heads=None,
-    causal: bool = False,
-    weights=None,
-    sink_mass: float = 0.0,
-    bias: float = 0.0,
     sphere: bool = False,
     method: str = "rk4",
-    step: float = 0.01,
+    step_size: float = 0.01,
     rtol: float = 1e-6,
     atol: float = 1e-9,
     max_abs: float = 1e8,
+    check_every: int = 10,
     sinkhorn_tol: float | None = None,
-    sinkhorn_max_iter: int = 2000,
+    n_sinkhorn_iters: int = 2000,
     device=None,
     progress: bool | None = None,
+    **layer,
 ):
     r"""Token positions :math:`x_i(t)` of :math:`\dot x_i = \Gamma_{\mu_n(t)}(x_i)` at the times ``t``.
 
     ``x0``: ``(n, d)`` or a batch ``(..., n, d)`` of independent systems, integrated together.
-    ``t``: strictly increasing times, ``t[0]`` the time of ``x0``. ``method="rk4"`` (fixed step
-    at most ``step``) or ``"dopri5"`` (adaptive, ``rtol``/``atol``). ``device``: where to compute
-    (default: ``x0``'s device for a tensor, :func:`attnbook.device.default_device` for NumPy
-    input). Returns ``(len(t), ..., n, d)`` — NumPy for NumPy input. A state that stops being
-    finite or exceeds ``max_abs`` raises :class:`attnbook.flows.BlowUpError` (the linear
-    kind can blow up in finite time; normalised kinds grow at most exponentially).
+    ``t``: strictly increasing times, ``t[0]`` the time of ``x0``. ``layer``: the keywords of
+    :func:`velocity` (``kind`` required). ``method="rk4"`` (fixed step at most ``step_size``)
+    or ``"dopri5"`` (adaptive, ``rtol``/``atol``), both through :mod:`attnbook.flows`.
+    ``device``: where to compute (default: ``x0``'s device for a tensor,
+    :func:`attnbook.device.default_device` for NumPy input). Returns ``(len(t), ..., n, d)`` —
+    NumPy for NumPy input. Arguments are validated once per call; the integrator's inner loop
+    calls the unchecked field. A state that stops being finite or exceeds ``max_abs``
+    (checked every ``check_every`` RK4 steps and at every output time) raises
+    :class:`attnbook.errors.BlowUpError` with the partial trajectory (the linear kind can
+    blow up in finite time; normalised kinds grow at most exponentially).
     ``progress``: a tqdm bar (default: only for runs of 2000 steps or more).
     """
     is_numpy = isinstance(x0, np.ndarray)
     if not isinstance(sphere, bool):
         raise TypeError(f"sphere must be a bool, got {type(sphere).__name__}")
-    X0 = _check_x(x0)
+    X0 = check_cloud(x0, "x0")
     dev = default_device(device) if (device is not None or is_numpy) else X0.device
-    X0, p, w = _prepare(
-        X0.to(dev), kind, A, V, Q, K, heads, causal, weights, sink_mass, bias
-    )
+    li = prepare_inputs(X0.to(dev), **layer)
     times = check_times(t)
-    if method not in ("rk4", "dopri5"):
-        raise ValueError(
-            f"unknown method {method!r}; expected one of ('rk4', 'dopri5')"
-        )
-    tol, it = _sinkhorn_options(X0.dtype, sinkhorn_tol, sinkhorn_max_iter)
-    uniform = weights is None and not sink_mass
+    method = check_choice(method, "method", ("rk4", "dopri5"))
+    field = _field_of(li, sphere, sinkhorn_tol, n_sinkhorn_iters)
 
     def rhs(_t, X):
-        return _field(X, p, w, causal, bias, tol, it, sphere, uniform)
+        return field(X)
 
     opts = dict(max_abs=max_abs, progress=progress)
     if method == "rk4":
-        opts["step"] = step
+        opts.update(step_size=step_size, check_every=check_every)
     else:
         opts.update(rtol=rtol, atol=atol)
     try:
-        traj = odeint(rhs, X0, times, method=method, **opts)
+        traj = odeint(rhs, li.X, times, method=method, **opts)
     except BlowUpError as err:
         raise BlowUpError(
-            f"kind={p.kind!r}: {err}", err.time, err.partial, err.times
+            f"kind={li.params.kind!r}: {err}",
+            time=err.time,
+            partial=err.partial,
+            times=err.times,
         ) from None
     return traj.cpu().numpy() if is_numpy else traj
 
@@ -521,11 +546,11 @@ def simulate(
 def partition_function(x, *, A=None, weights=None):
     r""":math:`Z_\mu(x_i) = \sum_j w_j e^{\langle A x_i, x_j\rangle}` for every token, ``(..., n)``."""
     is_numpy = isinstance(x, np.ndarray)
-    X = _check_x(x)
+    X = check_cloud(x)
     p = resolve_params(X.shape[-1], kind="softmax", A=A, dtype=X.dtype, device=X.device)
     if p.heads != 1:
         raise ValueError("A must be a single (d, d) matrix here")
-    w = _weights(X.shape[-2], weights, 0.0, X.dtype, X.device)
+    w = particle_masses(X.shape[-2], weights, dtype=X.dtype, device=X.device)
     Z = torch.exp((X @ p.A[0].mT) @ X.mT) @ w
     return Z.cpu().numpy() if is_numpy else Z
 
@@ -537,8 +562,8 @@ def interaction_energy(x, *, A=None, weights=None):
     :math:`V A^{-1}\nabla Z_\mu / Z_\mu` (see the gradient-flow chapter). Batched: ``(...)``.
     """
     is_numpy = isinstance(x, np.ndarray)
-    X = _check_x(x)
-    w = _weights(X.shape[-2], weights, 0.0, X.dtype, X.device)
+    X = check_cloud(x)
+    w = particle_masses(X.shape[-2], weights, dtype=X.dtype, device=X.device)
     Z = torch.as_tensor(partition_function(X, A=A, weights=w))
     E = 0.5 * (Z * w).sum(-1)
     return E.cpu().numpy() if is_numpy else E
@@ -549,8 +574,7 @@ def sample_gaussian(
     mean,
     cov,
     *,
-    seed: int | None = None,
-    generator=None,
+    seed=None,
     exact_moments: bool = False,
     batch: tuple[int, ...] = (),
     dtype=torch.float64,
@@ -561,7 +585,8 @@ def sample_gaussian(
     ``exact_moments=True`` recentres and rewhitens each cloud so that its empirical mean and
     (1/n-normalised) covariance equal ``mean`` and ``cov`` exactly — a particle approximation
     whose first two moments carry no sampling error (only higher moments fluctuate).
-    Draws are made on the CPU (the same numbers everywhere), then moved to ``device``.
+    ``seed``: an int or a ``torch.Generator`` (``None``: torch's global generator). Draws are
+    made on the CPU (the same numbers everywhere), then moved to ``device``.
     """
     n = check_positive_int(n, "n", minimum=2)
     m = check_finite(as_tensor(mean, "mean"), "mean").to(dtype)
@@ -573,15 +598,14 @@ def sample_gaussian(
         raise ValueError(
             f"cov must be {d}x{d} to match mean, got shape {tuple(C.shape)}"
         )
-    if not torch.allclose(C, C.mT, atol=1e-10, rtol=1e-8):
-        raise ValueError("cov must be symmetric")
-    evals, evecs = torch.linalg.eigh(C)
-    if float(evals.min()) < -1e-10 * max(1.0, float(evals.abs().max())):
-        raise ValueError(
-            f"cov must be positive semi-definite, smallest eigenvalue {float(evals.min()):.3g}"
-        )
+    evals, evecs = torch.linalg.eigh(check_psd(C, "cov"))
     root = evecs * evals.clamp_min(0).sqrt()  # root @ root.T = C
-    gen = resolve_generator(seed, generator)
+    # seed convention: None -> torch's global generator (seeded by setup_chapter), never 0
+    gen = (
+        seed
+        if seed is None or isinstance(seed, torch.Generator)
+        else resolve_generator(seed)
+    )
     z = torch.randn(*batch, n, d, generator=gen, dtype=dtype)
     if exact_moments:
         if n <= d:

@@ -2,7 +2,8 @@ r"""Wasserstein distances: particle clouds (exact OT with POT) and Gaussians (Bu
 
 * :func:`w2_particles`: :math:`W_2(\mu, \nu)` between two weighted point clouds, by the exact
   linear program (``ot.emd2``) on the squared Euclidean cost.
-* :func:`bures_wasserstein`: the closed form between Gaussians,
+* :func:`bures_wasserstein` (:func:`attnbook.linalg.bures_wasserstein`, re-exported): the
+  closed form between Gaussians,
   :math:`W_2^2 = |m_1 - m_2|^2 + \operatorname{tr}\big(\Sigma_1 + \Sigma_2 - 2(\Sigma_1^{1/2}\Sigma_2\Sigma_1^{1/2})^{1/2}\big)`.
 * :func:`conditional_w2`: the conditional distance of the causal (masked) dynamics,
   :math:`W_2^c(\mu,\nu)^2 = \int W_2(\mu_s, \nu_s)^2 d\rho(s)`; for two particle systems on the
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .closed_forms import psd_sqrt
+from ..linalg import bures_wasserstein  # re-exported: the one Bures implementation
 
 __all__ = ["w2_particles", "bures_wasserstein", "conditional_w2"]
 
@@ -61,28 +62,6 @@ def w2_particles(
     M = ot.dist(X, Y, metric="sqeuclidean")
     cost = float(ot.emd2(a, b, M, numItermax=num_iter_max))
     return float(np.sqrt(max(cost, 0.0)))
-
-
-def bures_wasserstein(mean1, cov1, mean2, cov2) -> float:
-    """Closed-form :math:`W_2` between :math:`N(m_1, \\Sigma_1)` and :math:`N(m_2, \\Sigma_2)`."""
-    m1, m2 = np.asarray(mean1, float), np.asarray(mean2, float)
-    S1, S2 = np.asarray(cov1, float), np.asarray(cov2, float)
-    d = m1.shape[-1]
-    for M, name in ((S1, "cov1"), (S2, "cov2")):
-        if M.shape != (d, d):
-            raise ValueError(
-                f"{name} must be {d}x{d} to match the means, got shape {M.shape}"
-            )
-        if not np.allclose(M, M.T, atol=1e-10, rtol=1e-8):
-            raise ValueError(f"{name} must be symmetric")
-        if np.linalg.eigvalsh(M).min() < -1e-10 * max(1.0, np.abs(M).max()):
-            raise ValueError(f"{name} must be positive semi-definite")
-    if m2.shape != (d,):
-        raise ValueError(f"mean2 must have shape ({d},), got {m2.shape}")
-    R = psd_sqrt(S1)
-    cross = psd_sqrt(R @ S2 @ R)
-    w2sq = float(np.sum((m1 - m2) ** 2) + np.trace(S1 + S2 - 2 * cross))
-    return float(np.sqrt(max(w2sq, 0.0)))
 
 
 def conditional_w2(x, y, *, weights=None) -> float:
