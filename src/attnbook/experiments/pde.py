@@ -102,6 +102,9 @@ class FatesConfig:
     n_times: int = 25
     rank_tol: float = 1e-2
     rtol: float = 1e-7
+    # gaussian_flow continues past the threshold to 10⁴ × it to tell growth from blow-up;
+    # continued to 10¹² the Sinkhorn moment ODE loses positive semi-definiteness to round-off
+    blowup_threshold: float = 1e4
     seed: int = 0
     device: str = "cpu"
     dtype: str = "float64"
@@ -148,6 +151,7 @@ def fates_point(cfg: FatesConfig) -> dict[str, np.ndarray]:
                 A=A[b],
                 rtol=cfg.rtol,
                 atol=1e-10,
+                blowup_threshold=cfg.blowup_threshold,
             )
             S_end[b] = f.cov[-1]
             if f.blew_up:
