@@ -297,7 +297,7 @@ def test_archives_are_compact_and_documented():
 
 @pytest.mark.parametrize("manifest", ARCHIVES, ids=lambda p: p.parent.name)
 def test_archive_point_reproduces(manifest):
-    """Re-run one randomly chosen point of the archive (seed: $ATTNBOOK_SEED, else random)."""
+    """Re-run one short archived point, chosen at random (seed: $ATTNBOOK_SEED, else random)."""
     import torch
 
     man = store.read_manifest(manifest.parent)
