@@ -36,7 +36,7 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-# the chapters' code is linted through jupytext (a temporary .py per chapter)
+# the chapters' code is linted through jupytext (a temporary .py per chapter, chapters untouched)
 CHAPTERS = $(shell find book -name '*.md' -not -path '*/_*' | xargs grep -l '^kernelspec:')
 RUFF_PATHS = src tests bench tools conftest.py
 SEEDS ?= 1 2
@@ -44,15 +44,12 @@ SEEDS ?= 1 2
 lint: venv
 	$(VENV)/bin/ruff check $(RUFF_PATHS)
 	$(VENV)/bin/ruff format --check $(RUFF_PATHS)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupytext --quiet --check "ruff check --quiet {}" $(CHAPTERS)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupytext --quiet --check "ruff format --quiet --check {}" $(CHAPTERS)
+	$(PY) tools/lint_chapters.py $(CHAPTERS)
 
 format: venv
 	$(VENV)/bin/ruff check --fix --quiet $(RUFF_PATHS) || true
 	$(VENV)/bin/ruff format --quiet $(RUFF_PATHS)
-	@for f in $(CHAPTERS); do \
-	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupytext --quiet --pipe "ruff format --quiet {}" $$f; \
-	  sed -i '/^    jupytext_version: /d' $$f; done
+	$(PY) tools/lint_chapters.py --fix $(CHAPTERS)
 	$(MAKE) sync-notebooks
 
 test: venv lint
