@@ -180,10 +180,10 @@ def velocity_kernels(device, sizes, peak):
             free(device)
 
 
-def _copy_potential(n, L, V, activation, device, dtype=torch.float32):
+def _copy_potential(n, L, V, kind, device, dtype=torch.float32):
     X, Y = copy_task(4 * L, L, V, batch_shape=(n,), seed=0, dtype=dtype, device=device)
-    pot = action.marginal_potential(copy_statistics(X, Y), activation=activation)
-    cols = L * L + (activation == "linear")
+    pot = action.marginal_potential(copy_statistics(X, Y), kind=kind)
+    cols = L * L + (kind == "linear")
     theta0 = 0.1 * torch.randn(
         n, cols, generator=torch.Generator().manual_seed(1), dtype=dtype
     )
@@ -192,9 +192,9 @@ def _copy_potential(n, L, V, activation, device, dtype=torch.float32):
 
 def copyhead_kernels(device, sizes, peak):
     L, V, n_steps = sizes["copy_L"], sizes["copy_V"], sizes["copy_steps"]
-    for activation in ("linear", "softmax"):
+    for kind in ("linear", "softmax"):
         n = sizes["copy_chains"]
-        pot, theta0 = _copy_potential(n, L, V, activation, device)
+        pot, theta0 = _copy_potential(n, L, V, kind, device)
 
         def grad_step():
             th = theta0.clone().requires_grad_(True)
@@ -209,7 +209,7 @@ def copyhead_kernels(device, sizes, peak):
         rate = per_step * n_steps / s
         row(
             "Part II",
-            f"SGLD {activation}",
+            f"SGLD {kind}",
             f"{n} chains L={L} V={V}",
             device,
             f"{n * n_steps / s:.3g} chain-steps/s",
@@ -225,7 +225,7 @@ def copyhead_kernels(device, sizes, peak):
         rate = per_step * n_steps / s
         row(
             "Part II",
-            f"Adam {activation}",
+            f"Adam {kind}",
             f"{n} models L={L} V={V}",
             device,
             f"{n * n_steps / s:.3g} model-steps/s",

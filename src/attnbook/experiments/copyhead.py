@@ -3,7 +3,8 @@
 One point draws ``n_data`` copy-task data sets of ``P`` sequences (one per chain), and runs
 chains from two starts — *cold* (small random scores) and *hot* (the copy head) — on the exact
 marginal posterior of the scores ``G`` (readout integrated out,
-:func:`attnbook.copyhead.action.marginal_potential`): Adam to the MAP
+:func:`attnbook.copyhead.action.marginal_potential`, parameters packed one chain per row by
+:func:`~attnbook.copyhead.action.pack`): Adam to the MAP
 (:func:`attnbook.train.adam`) or SGLD (:func:`attnbook.sgld.sample`). It returns the order
 parameters ``(c1, cG)`` of the attention matrix (final for Adam; mean and variance over the kept
 draws for SGLD) and the action, each of shape ``(start, chain)``. Data sets and starting points
@@ -21,24 +22,26 @@ import numpy as np
 import torch
 
 from .. import sgld, train
+from ..attention import resolve_kind
 from ..copyhead import (
-    CopyStats,
     action,
-    attention_matrix,
     copy_statistics,
     copy_task,
     order_parameters,
     pooling_matrix,
     shift_matrix,
 )
+from ..device import as_generator
 from . import Experiment, Scale, register
+
+KINDS = ("linear", "softmax")
 
 
 @dataclass(frozen=True)
 class CopyConfig:
-    """One (activation, method, L, V, P) point with ``n_data`` data sets × two starts."""
+    """One (kind, method, L, V, P) point with ``n_data`` data sets × two starts."""
 
-    activation: str = "softmax"
+    kind: str = "softmax"
     method: str = "adam"
     L: int = 16
     V: int = 4
@@ -58,41 +61,31 @@ class CopyConfig:
     dtype: str = "float64"
 
 
-def _starts(cfg: CopyConfig, dt, dev) -> torch.Tensor:
+def _starts(cfg: CopyConfig, kind: str, dt, dev) -> torch.Tensor:
     """Packed ``(2 n_data, L² [+ 1])`` starting points: cold, then hot (the copy head)."""
     L, n = cfg.L, cfg.n_data
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
-    G0 = cfg.init_scale * torch.randn(n, L, L, generator=gen, dtype=dt)
-    if cfg.activation == "softmax":
-        hot = math.log(L) * (shift_matrix(L, dtype=dt) - pooling_matrix(L, dtype=dt))
-        return action.pack(torch.cat([G0, G0 + hot])).to(dev)
-    b = torch.zeros(2 * n, dtype=dt)
-    return action.pack(torch.cat([G0, G0 + L * shift_matrix(L, dtype=dt)]), b).to(dev)
+    G0 = cfg.init_scale * torch.randn(
+        n, L, L, generator=as_generator(cfg.seed + 1), dtype=dt
+    )
+    S = shift_matrix(L, dtype=dt)
+    if kind == "softmax":
+        hot = math.log(L) * (S - pooling_matrix(L, dtype=dt))
+        return action.pack({"G": torch.cat([G0, G0 + hot])}).to(dev)
+    G = torch.cat([G0, G0 + L * S])
+    return action.pack({"G": G, "b": torch.zeros(2 * n, dtype=dt)}).to(dev)
 
 
 def phase_point(cfg: CopyConfig) -> dict[str, np.ndarray]:
     """Order parameters and action of ``2 × n_data`` chains (cold and hot starts)."""
+    kind = resolve_kind(cfg.kind, allowed=KINDS)
     dt, dev = getattr(torch, cfg.dtype), torch.device(cfg.device)
     X, Y = copy_task(
-        cfg.P,
-        cfg.L,
-        cfg.V,
-        batch_shape=(cfg.n_data,),
-        seed=cfg.seed,
-        dtype=dt,
+        cfg.P, cfg.L, cfg.V, batch_shape=(cfg.n_data,), seed=cfg.seed, dtype=dt
     )  # drawn on the CPU: the same data sets on every device
-    one = copy_statistics(X.to(dev), Y.to(dev))
-    stats = CopyStats(
-        *(torch.cat([getattr(one, f)] * 2) for f in ("xx", "xy", "yy", "n_sequences"))
-    )
-    potential = action.marginal_potential(
-        stats,
-        activation=cfg.activation,
-        kappa=cfg.kappa,
-        sigma_w=cfg.sigma_w,
-        sigma_g=cfg.sigma_g,
-    )
-    theta0 = _starts(cfg, dt, dev)
+    stats = copy_statistics(X.to(dev), Y.to(dev)).repeat(2)  # cold starts, hot starts
+    hyper = dict(kappa=cfg.kappa, sigma_w=cfg.sigma_w, sigma_g=cfg.sigma_g)
+    potential = action.marginal_potential(stats, kind=kind, **hyper)
+    theta0 = _starts(cfg, kind, dt, dev)
     if cfg.method == "adam":
         hist = train.adam(
             lambda p: potential(p["theta"]),
@@ -103,11 +96,10 @@ def phase_point(cfg: CopyConfig) -> dict[str, np.ndarray]:
         draws = hist.params["theta"][None]
         energy = torch.as_tensor(hist.final_loss)[None]
     elif cfg.method == "sgld":
-        eta = cfg.step_size or min(0.02, 2.0 / cfg.P)
         res = sgld.sample(
             potential,
             theta0,
-            step_size=eta,
+            step_size=cfg.step_size or min(0.02, 2.0 / cfg.P),
             n_steps=cfg.n_steps,
             burn_in=cfg.burn_in,
             thin=cfg.thin,
@@ -116,16 +108,12 @@ def phase_point(cfg: CopyConfig) -> dict[str, np.ndarray]:
         draws, energy = res.samples, res.diagnostics["potential"]
     else:
         raise ValueError(f"method must be 'adam' or 'sgld', got {cfg.method!r}")
-    G, b = action.unpack(draws, cfg.L)
-    c1, cG = order_parameters(attention_matrix(G, b, activation=cfg.activation))
+    c1, cG = order_parameters(action.theta_attention(draws, cfg.L, kind=kind))
     shape = (2, cfg.n_data)
-    return {
-        "c1": c1.mean(0).reshape(shape).cpu().numpy(),
-        "cG": cG.mean(0).reshape(shape).cpu().numpy(),
-        "c1_var": c1.var(0, correction=0).reshape(shape).cpu().numpy(),
-        "cG_var": cG.var(0, correction=0).reshape(shape).cpu().numpy(),
-        "action": energy.mean(0).reshape(shape).cpu().numpy(),
-    }
+    out = {"c1": c1.mean(0), "cG": cG.mean(0)}
+    out |= {"c1_var": c1.var(0, correction=0), "cG_var": cG.var(0, correction=0)}
+    out["action"] = torch.as_tensor(energy).mean(0)
+    return {k: v.reshape(shape).cpu().numpy() for k, v in out.items()}
 
 
 _D = ("start", "chain")
@@ -143,7 +131,7 @@ register(
         scales={
             "smoke": Scale(
                 axes={
-                    "activation": ("linear", "softmax"),
+                    "kind": KINDS,
                     "method": ("adam", "sgld"),
                     "L": (6,),
                     "V": (3,),
@@ -153,7 +141,7 @@ register(
             ),
             "book": Scale(
                 axes={
-                    "activation": ("linear", "softmax"),
+                    "kind": KINDS,
                     "method": ("adam", "sgld"),
                     "L": (8, 16),
                     "V": (4, 8),
@@ -163,7 +151,7 @@ register(
             ),
             "paper": Scale(
                 axes={
-                    "activation": ("linear", "softmax"),
+                    "kind": KINDS,
                     "method": ("adam", "sgld"),
                     "L": (8, 16, 32, 64, 128),
                     "V": (4, 8, 16, 32),

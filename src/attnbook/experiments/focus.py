@@ -2,7 +2,8 @@
 
 One point integrates an ensemble of ``n_models`` seeds as one batched flow
 (:func:`attnbook.focus.population_flow`) and returns the loss, the attention entropy, the
-singular values of :math:`W_0` and the stage times of every member. The flow is integrated by
+singular values of :math:`W_0` and the stage times of every member
+(:func:`attnbook.focus.metrics.analyse_flow`). The flow is integrated by
 SciPy on the CPU whatever ``device`` says (it is recorded); ``dtype`` is float64 throughout.
 """
 
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 
 from .. import focus, markov
+from ..focus.metrics import analyse_flow
 from . import Experiment, Scale, register
 
 STAGES = ("I_start", "I_end", "II_start", "II_end", "III_end", "IV_escape")
@@ -55,36 +57,20 @@ def flow_ensemble(cfg: FlowConfig) -> dict[str, np.ndarray]:
     else:
         P = markov.perturbed_chain(cfg.d, cfg.pi_top, cfg.delta, cfg.lam)
     start = focus.init_params(
-        cfg.d, cfg.m, cfg.eps, n_models=cfg.n_models, seed=cfg.seed
+        cfg.d, cfg.m, eps=cfg.eps, n_models=cfg.n_models, seed=cfg.seed
     )
     t_eval = focus.time_grid(cfg.t_end, n_dense=cfg.n_dense, n_log=cfg.n_log)
     run = focus.population_flow(
         start, P, cfg.t_end, t_eval=t_eval, rtol=cfg.rtol, atol=cfg.atol
     )
-    mt = focus.trajectory_metrics(run.W0, run.W1, run.WQ, run.WK, run.pi)
-    stages = np.array(
-        [
-            [
-                focus.stage_times(
-                    run.t,
-                    run.loss[:, k],
-                    {
-                        key: mt[key][:, k]
-                        for key in ("phi_norm", "entropy_uniform", "sv_W0")
-                    },
-                    run.pi,
-                )[s]
-                for s in STAGES
-            ]
-            for k in range(cfg.n_models)
-        ]
-    )
+    per_model = [analyse_flow(run, model=k) for k in range(cfg.n_models)]
+    stages = np.array([[st[s] for s in STAGES] for _, st in per_model])
     return {
         "t": run.t,
         "pi": run.pi,
         "loss": run.loss,
-        "entropy_uniform": mt["entropy_uniform"],
-        "sv_W0": mt["sv_W0"],
+        "entropy_uniform": np.stack([m["entropy_uniform"] for m, _ in per_model], 1),
+        "sv_W0": np.stack([m["sv_W0"] for m, _ in per_model], 1),
         "stage_times": stages,
     }
 

@@ -8,12 +8,14 @@
   each (softmax: :func:`attnbook.pde.covariance_flow`, batched; other kinds:
   :func:`attnbook.pde.gaussian_flow` per draw). ``generic`` draws A with i.i.d. N(0, 1/d)
   entries (blow-up or not); ``negdef`` draws A = −QᵀQ/√k with Q ∈ R^{⌊d/2⌋×d} (clustering onto
-  a subspace: the limiting rank is ⌈d/2⌉ for softmax). Returns each draw's ``blowup_time``
-  (inf if none), the numerical rank and trace of its last covariance. ``blowup_time`` follows
-  each solver's convention: softmax, the first output time with trace > 10³ (the figures of
-  Castin et al.); the other kinds, the time an entry passes 10⁸ — for ℓ² and Sinkhorn that is
-  exponential growth reaching the threshold, not a finite-time singularity. Clustering is slow
-  (eigenvalues decay like 1/t), hence t = 10⁴ at the ``book`` and ``paper`` scales.
+  a subspace: the limiting rank is ⌈d/2⌉ for softmax). Returns, per draw, ``blowup_time``
+  (inf if none), ``growth_rate`` (nan if none), the numerical rank and the trace of the last
+  covariance. Softmax follows the figures of Castin et al.: ``blowup_time`` is the first output
+  time with trace > 10³ (the flow is frozen there). The other kinds tell a finite-time
+  singularity (``blowup_time``) from unbounded growth that takes infinite time (``blowup_time``
+  inf, ``growth_rate`` its exponential rate; :func:`attnbook.pde.gaussian_flow`) — ℓ² and
+  Sinkhorn only grow. Clustering is slow (eigenvalues decay like 1/t), hence t = 10⁴ at the
+  ``book`` and ``paper`` scales.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class MeanFieldConfig:
     mean0: float = 0.5
     var0: float = 0.25
     T: float = 0.5
-    step: float = 0.1
+    step_size: float = 0.1
     seed: int = 0
     device: str = "cpu"
     dtype: str = "float64"
@@ -58,7 +60,12 @@ def meanfield_point(cfg: MeanFieldConfig) -> dict[str, np.ndarray]:
         dtype=dt,
     ).to(cfg.device)
     xt = pde.simulate(
-        x0, [0.0, cfg.T], kind=cfg.kind, A=[[cfg.a]], V=[[cfg.v]], step=cfg.step
+        x0,
+        [0.0, cfg.T],
+        kind=cfg.kind,
+        A=[[cfg.a]],
+        V=[[cfg.v]],
+        step_size=cfg.step_size,
     )
     ref = pde.gaussian_flow(
         np.array([cfg.mean0]),
@@ -68,8 +75,11 @@ def meanfield_point(cfg: MeanFieldConfig) -> dict[str, np.ndarray]:
         A=[[cfg.a]],
         V=[[cfg.v]],
     )
-    if ref.blowup_time is not None:
-        raise pde.BlowUpError(f"the Gaussian solution blows up before T = {cfg.T}")
+    if len(ref.t) < 2:  # a singularity or growth past its threshold before T
+        raise pde.BlowUpError(
+            f"the Gaussian solution leaves its bound before T = {cfg.T}: {ref.message}",
+            time=ref.threshold_time,
+        )
     xt = xt.detach().to("cpu", torch.float64).numpy()
     mean_T, var_T = float(ref.mean[-1, 0]), float(ref.cov[-1, 0, 0])
     return {
@@ -92,6 +102,9 @@ class FatesConfig:
     n_times: int = 25
     rank_tol: float = 1e-2
     rtol: float = 1e-7
+    # gaussian_flow continues past the threshold to 10⁴ × it to tell growth from blow-up;
+    # continued to 10¹² the Sinkhorn moment ODE loses positive semi-definiteness to round-off
+    blowup_threshold: float = 1e4
     seed: int = 0
     device: str = "cpu"
     dtype: str = "float64"
@@ -125,8 +138,10 @@ def fates_point(cfg: FatesConfig) -> dict[str, np.ndarray]:
             S0, t, A=A, device=cfg.device, rtol=cfg.rtol, atol=1e-10
         )
         S_end, blow = flow.cov[-1], flow.explode_time
+        rate = np.full(cfg.n_draws, np.nan)
     else:
-        S_end, blow = np.empty_like(S0), np.full(cfg.n_draws, np.inf)
+        S_end = np.empty_like(S0)
+        blow, rate = np.full(cfg.n_draws, np.inf), np.full(cfg.n_draws, np.nan)
         for b in range(cfg.n_draws):
             f = pde.gaussian_flow(
                 np.zeros(cfg.d),
@@ -136,13 +151,18 @@ def fates_point(cfg: FatesConfig) -> dict[str, np.ndarray]:
                 A=A[b],
                 rtol=cfg.rtol,
                 atol=1e-10,
+                blowup_threshold=cfg.blowup_threshold,
             )
             S_end[b] = f.cov[-1]
-            blow[b] = np.inf if f.blowup_time is None else f.blowup_time
+            if f.blew_up:
+                blow[b] = f.blowup_time
+            if f.grew:
+                rate[b] = f.growth_rate
     ev = np.linalg.eigvalsh((S_end + S_end.transpose(0, 2, 1)) / 2)
     rank = (ev > cfg.rank_tol * np.maximum(ev[:, -1:], 1e-300)).sum(-1)
     return {
         "blowup_time": blow,
+        "growth_rate": rate,
         "rank": rank.astype(np.int64),
         "trace_end": np.trace(S_end, axis1=-2, axis2=-1),
     }
@@ -176,7 +196,7 @@ register(
                     "n": tuple(2**k for k in range(4, 14)),
                 },
                 # 32 systems of n = 8192 hold 32·n² float64 logits: 17 GB at once
-                fixed=dict(n_systems=32, step=0.05),
+                fixed=dict(n_systems=32, step_size=0.05),
             ),
         },
     )
@@ -190,8 +210,11 @@ register(
         "over random draws, per attention kind and dimension",
         function=fates_point,
         config=FatesConfig,
-        dims={k: ("draw",) for k in ("blowup_time", "rank", "trace_end")},
-        note="V = I; softmax flows are frozen once their trace passes 1e3 (blow-up)",
+        dims={
+            k: ("draw",) for k in ("blowup_time", "growth_rate", "rank", "trace_end")
+        },
+        note="V = I; softmax flows are frozen once their trace passes 1e3 (blow-up); "
+        "the other kinds report growth (growth_rate) apart from blow-up (blowup_time)",
         scales={
             "smoke": Scale(
                 axes={
