@@ -349,3 +349,20 @@ def test_plot_helpers():
     np.testing.assert_allclose(
         plots.cone_coordinates(np.array([[2.0, 0.5], [0.5, 1.0]])), [1.0, 1.0, 3.0]
     )
+
+
+def test_continuation_that_loses_psd_is_reported_as_divergence():
+    """Classifying a threshold crossing continues the flow to 1e4 × the threshold; when
+    round-off breaks positive semi-definiteness there, the flow says so (no plain ValueError)."""
+    from attnbook.errors import FlowDiverged
+
+    rng = np.random.default_rng(7)
+    A, W = rng.normal(size=(3, 3)), rng.normal(size=(3, 3))
+    S0 = W @ W.T / 3 + 0.1 * np.eye(3)
+    t = np.concatenate([[0.0], np.logspace(-2, 4, 40)])
+    kw = dict(kind="sinkhorn", A=A, rtol=1e-8, atol=1e-10)
+    with pytest.raises(FlowDiverged, match="positive semi-definiteness") as info:
+        gaussian_flow(np.zeros(3), S0, t, **kw)
+    assert info.value.partial is not None and np.isfinite(info.value.partial).all()
+    flow = gaussian_flow(np.zeros(3), S0, t, blowup_threshold=1e4, **kw)
+    assert flow.blowup_time is None and flow.growth_rate > 0

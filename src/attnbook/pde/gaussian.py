@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..attention import resolve_kind
-from ..errors import BlowUpError
+from ..errors import BlowUpError, FlowDiverged
 from ..flows import check_times, odeint_dopri5
 from ..linalg import check_psd
 from ..validation import as_float64_array, check_positive
@@ -198,6 +198,16 @@ def gaussian_flow(
                 f"unbounded growth: |entries| > {M:.1e} at t = {cross_t:.6g}, not "
                 f"{M2:.1e} by t = {horizon:.6g} (rate ≥ {rate:.4g})"
             )
+        except ValueError as err2:
+            # the moment field needs a PSD covariance; past the threshold round-off can break it
+            raise FlowDiverged(
+                f"|entries| crossed {M:.1e} at t = {cross_t:.6g}; continuing towards "
+                f"{M2:.1e} to tell a singularity from growth lost positive "
+                f"semi-definiteness through round-off ({err2}). Lower blowup_threshold.",
+                time=cross_t,
+                partial=Y,
+                times=np.asarray(times[: len(Y)]),
+            ) from None
         except BlowUpError as err2:
             t2 = err2.time
             if abs(t2 - cross_t) <= 1e-3 * (cross_t - times[0]):
