@@ -201,3 +201,11 @@ def test_toc_chapters_and_status(tmp_path):
     assert all(not i.endswith("index") for i in ids)
     status = claims.ledger_status(directory=tmp_path)
     assert "foundations/attention-maps" in status["missing"]
+
+
+def test_exact_claims_have_no_margin(tmp_path):
+    led = Ledger("foundations/attention-maps", directory=tmp_path)
+    c = led.check("x.zero", "no residual", 0, expected=0, atol=0, **EXACT)
+    assert c.margin is None and c.margin_text() == "n/a"
+    s = claims.ledger_summary(claims.load_records(tmp_path))
+    assert s["smallest_margins"] == []

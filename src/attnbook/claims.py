@@ -25,7 +25,8 @@ the statement comes from, :data:`SOURCES`). The ledger enforces a few rules:
 The **margin** of a claim says how far it is from failing, in units of its uncertainty: the
 distance from the measured value (the interval's nearest end, with samples) to the nearest
 bound of the criterion, divided by the interval's half-width (with samples), else by the
-tolerance (expected values), else by ``|measured|`` (bounds on one number). A margin above
+tolerance (expected values), else by ``|measured|`` (bounds on one number). An exact criterion
+(an expected value with no tolerance, met exactly) has no margin. A margin above
 :data:`LOOSE_MARGIN` is flagged "too loose to inform".
 
 Records are written to ``$ATTNBOOK_LEDGER_DIR`` when set, else to ``_build/ledger/`` beside the
@@ -332,9 +333,10 @@ def _judge(value, interval, exp, tol, lo, hi) -> tuple[bool, float | None]:
     for s, u in slacks:
         if u and u > 0:
             margins.append(s / u)
-        else:  # no scale: an exact criterion, or a bound on an exact zero
-            margins.append(0.0 if s == 0 else math.copysign(math.inf, s))
-    margin = min(margins)
+        elif s != 0:  # no scale (a bound on an exact zero): only the sign informs
+            margins.append(math.copysign(math.inf, s))
+        # s == 0 with no scale is an exact criterion met exactly: it has no margin
+    margin = min(margins, default=math.inf)
     return ok, (None if margin == math.inf else margin)
 
 
