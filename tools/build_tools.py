@@ -188,7 +188,10 @@ def check_html(build_dir: Path, root: Path | None = None) -> dict:
                         f"{page.relative_to(build_dir)}: Colab link {href} names no notebook "
                         f"in the repository"
                     )
-    from tools.html_hygiene import check_pages  # warnings, tracebacks, local paths
+    try:  # warnings, tracebacks, local paths; run as a script, tools/ itself is on the path
+        from tools.html_hygiene import check_pages
+    except ModuleNotFoundError:
+        from html_hygiene import check_pages
 
     problems += check_pages(build_dir, root)
     chapters = notebook_chapters(root)

@@ -103,7 +103,6 @@ def curve_panels(
             ax.legend(fontsize=7)
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
-    fig.tight_layout()
     return fig
 
 
@@ -118,7 +117,6 @@ def attention_maps(maps, titles, *, figsize=None):
         ax.set_xlabel("key type k")
         ax.set_ylabel("query q")
         ax.grid(False)
-    fig.tight_layout()
     return fig
 
 
@@ -140,5 +138,4 @@ def embedding_paths(coords, marks=(), *, figsize=(9, 3.6)):
         ax.set_xlabel("PC1")
         ax.set_ylabel(f"PC{j}")
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
     return fig
