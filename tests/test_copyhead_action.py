@@ -208,9 +208,8 @@ def test_linear_saddle_is_a_minimum_and_transverse_optimum_is_stationary():
     m, c = torch.tensor([0.3, 0.5], dtype=dt), torch.tensor([0.01, 0.1], dtype=dt)
     rho, v = A.transverse_optimum(m, c, n_sequences=P, seq_len=8, vocab_size=4)
     z = torch.stack([m, c, rho, v], -1).requires_grad_(True)
-    S = linear_mod._linear_full(
-        z[:, 0], z[:, 1], z[:, 2], z[:, 3], P, 8, 4, 1.0, 1.0, 1.0, 1.0, True
-    )[0]
+    hp = A.CopyHyper(seq_len=8, vocab_size=4)
+    S = linear_mod._linear_full(z[:, 0], z[:, 1], z[:, 2], z[:, 3], P, hp, True)[0]
     (g,) = torch.autograd.grad(S.sum(), z)
     assert torch.allclose(g[:, 2:], torch.zeros(2, 2, dtype=dt), atol=1e-6)
 
@@ -302,3 +301,30 @@ def test_softmax_copy_moments_jump_and_match_the_saddle():
     assert mean[1] - mean[0] > 0.15 and (var < 0.05).all()
     with pytest.raises(ValueError, match="n_sequences"):
         A.softmax_copy_moments([-1.0], seq_len=L, vocab_size=V)
+
+
+def test_copy_hyper_validates_once_and_the_keywords_stay_the_api():
+    hp = A.CopyHyper(seq_len=8, vocab_size=4, kappa=2, sigma_g=0.5)
+    assert hp.kappa == 2.0 and isinstance(hp.kappa, float)
+    assert hp.keywords("vocab_size", "kappa") == {"vocab_size": 4, "kappa": 2.0}
+    assert A.CopyHyper(vocab_size=4).keywords()["sigma_b"] == 1.0
+    assert "seq_len" not in A.CopyHyper(vocab_size=4).keywords()
+    with pytest.raises(ValueError, match="sigma_w"):
+        A.CopyHyper(seq_len=8, vocab_size=4, sigma_w=-1.0)
+    with pytest.raises(ValueError, match="seq_len"):
+        A.CopyHyper(seq_len=1, vocab_size=4)
+    with pytest.raises(TypeError, match="seq_len"):
+        A.CopyHyper(seq_len=8.0, vocab_size=4)
+    # the analyses keep their keywords: required sizes, known names only
+    with pytest.raises(TypeError, match="missing required keyword argument 'seq_len'"):
+        A.linear_saddle([10.0], vocab_size=4)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sigma_b'"):
+        A.softmax_action(0.5, n_sequences=10.0, seq_len=8, vocab_size=4, sigma_b=1.0)
+    with pytest.raises(ValueError, match="kappa"):
+        A.data_action(0.1, 0.1, 1.0, 1.0, n_sequences=10.0, vocab_size=4, kappa=0)
+    explicit = A.softmax_saddle(
+        [50.0], seq_len=8, vocab_size=4, kappa=1.0, sigma_w=1.0, sigma_g=1.0
+    )
+    assert explicit.g == pytest.approx(
+        A.softmax_saddle([50.0], **hp.keywords("seq_len", "vocab_size")).g
+    )

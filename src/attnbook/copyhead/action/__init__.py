@@ -44,88 +44,18 @@ symmetric logit ansatz (logit ``g`` on the previous token, 0 elsewhere) has
 ``G``; the row-constant direction is flat under the softmax and integrates to a constant).
 """
 
-from attnbook.copyhead.action.derivation import (
-    brief_data_action,
-    derive_data_action,
-    derive_linear_action,
-    derive_linear_onset,
-    derive_readout_integral,
-    derive_softmax_order_parameters,
-    symbols,
-)
-from attnbook.copyhead.action.evidence import (
-    attention_statistics,
-    data_action,
-    exact_action,
-    exact_data_action,
-    marginal_potential,
-    monte_carlo_data_action,
-    pack,
-    posterior_mean_readout,
-    readouts,
-    theta_attention,
-    train_mse_theory,
-    unpack,
-)
-from attnbook.copyhead.action.linear import (
-    LinearSaddle,
-    linear_action,
-    linear_crossover_p,
-    linear_onset_p,
-    linear_pooling_moments,
-    linear_saddle,
-    pooling_curvature,
-    transverse_optimum,
-)
-from attnbook.copyhead.action.softmax import (
-    SoftmaxSaddle,
-    softmax_action,
-    softmax_coexistence,
-    softmax_copy_moments,
-    softmax_critical_length,
-    softmax_critical_p,
-    softmax_fold_window,
-    softmax_order_parameters,
-    softmax_saddle,
-    softmax_stationary_p,
-)
+# every public name of the four concerns, listed once in its module's ``__all__``
+from attnbook.copyhead.action import derivation, evidence, linear, softmax
+from attnbook.copyhead.action.derivation import *  # noqa: F403
+from attnbook.copyhead.action.evidence import *  # noqa: F403
+from attnbook.copyhead.action.linear import *  # noqa: F403
+from attnbook.copyhead.action.numerics import CopyHyper
+from attnbook.copyhead.action.softmax import *  # noqa: F403
 
 __all__ = [
-    "derive_readout_integral",
-    "derive_data_action",
-    "brief_data_action",
-    "derive_linear_action",
-    "derive_softmax_order_parameters",
-    "derive_linear_onset",
-    "symbols",
-    "attention_statistics",
-    "data_action",
-    "exact_data_action",
-    "exact_action",
-    "posterior_mean_readout",
-    "monte_carlo_data_action",
-    "train_mse_theory",
-    "pack",
-    "unpack",
-    "theta_attention",
-    "readouts",
-    "marginal_potential",
-    "linear_action",
-    "transverse_optimum",
-    "LinearSaddle",
-    "linear_saddle",
-    "linear_onset_p",
-    "pooling_curvature",
-    "linear_crossover_p",
-    "linear_pooling_moments",
-    "softmax_order_parameters",
-    "softmax_action",
-    "SoftmaxSaddle",
-    "softmax_saddle",
-    "softmax_critical_length",
-    "softmax_critical_p",
-    "softmax_stationary_p",
-    "softmax_fold_window",
-    "softmax_coexistence",
-    "softmax_copy_moments",
+    "CopyHyper",
+    *derivation.__all__,
+    *evidence.__all__,
+    *linear.__all__,
+    *softmax.__all__,
 ]

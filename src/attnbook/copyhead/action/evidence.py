@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from attnbook.copyhead.action.numerics import check_hyper
+from attnbook.copyhead.action.numerics import CopyHyper
 from attnbook.copyhead.model import (
     attention_matrix,
     data_terms,
@@ -58,33 +58,29 @@ def attention_statistics(A):
     )
 
 
-def _order_stats(vocab_size, kappa, sigma_w, n_sequences, q_F, q_S, m_1, m_2):
+#: the hyper-parameters of the readout's evidence (the priors of G and b enter elsewhere)
+_READOUT = ("kappa", "sigma_w")
+
+
+def _order_stats(function: str, hyper: dict, n_sequences, q_F, q_S, m_1, m_2):
     """Validated hyper-parameters and the order statistics as tensors of one dtype and device."""
-    V = check_positive_int(vocab_size, "vocab_size", minimum=2)
-    kappa, sigma_w, _, _ = check_hyper(kappa, sigma_w)
+    hp = CopyHyper.from_keywords(
+        function, hyper, required=("vocab_size",), optional=_READOUT
+    )
     q_F = as_tensor(q_F, "q_F")
     P = as_tensor(n_sequences, "n_sequences", dtype=q_F.dtype, device=q_F.device)
     q_S, m_1, m_2 = (
         as_tensor(t, n, dtype=q_F.dtype, device=q_F.device)
         for t, n in ((q_S, "q_S"), (m_1, "m_1"), (m_2, "m_2"))
     )
-    return V, kappa, sigma_w, P, q_F, q_S, m_1, m_2
+    return hp.vocab_size, hp.kappa, hp.sigma_w, P, q_F, q_S, m_1, m_2
 
 
-def data_action(
-    q_F,
-    q_S,
-    m_1,
-    m_2,
-    *,
-    n_sequences,
-    vocab_size: int,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-) -> torch.Tensor:
-    """The large-P data action (module docstring), batched over broadcastable inputs."""
+def data_action(q_F, q_S, m_1, m_2, *, n_sequences, **hyper) -> torch.Tensor:
+    """The large-P data action (module docstring), batched over broadcastable inputs.
+    ``hyper``: ``vocab_size`` (required), ``kappa``, ``sigma_w`` (:class:`CopyHyper`)."""
     V, kappa, sigma_w, P, q_F, q_S, m_1, m_2 = _order_stats(
-        vocab_size, kappa, sigma_w, n_sequences, q_F, q_S, m_1, m_2
+        "data_action", hyper, n_sequences, q_F, q_S, m_1, m_2
     )
     tau = sigma_w**2 * P / (kappa * V)
     return (
@@ -100,21 +96,12 @@ def data_action(
     )
 
 
-def train_mse_theory(
-    q_F,
-    q_S,
-    m_1,
-    m_2,
-    *,
-    n_sequences,
-    vocab_size: int,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-) -> torch.Tensor:
+def train_mse_theory(q_F, q_S, m_1, m_2, *, n_sequences, **hyper) -> torch.Tensor:
     r"""Per-token training MSE of the posterior-mean readout at given statistics (large P):
-    :math:`1 - \frac{V-1}{V}\frac{q_S^2(q_F+2/\tau)}{(q_F+1/\tau)^2} - \frac1V\frac{m_1^2(m_2+2/\tau)}{(m_2+1/\tau)^2}`."""
+    :math:`1 - \frac{V-1}{V}\frac{q_S^2(q_F+2/\tau)}{(q_F+1/\tau)^2} - \frac1V\frac{m_1^2(m_2+2/\tau)}{(m_2+1/\tau)^2}`.
+    ``hyper``: the keywords of :func:`data_action`."""
     V, kappa, sigma_w, P, q_F, q_S, m_1, m_2 = _order_stats(
-        vocab_size, kappa, sigma_w, n_sequences, q_F, q_S, m_1, m_2
+        "train_mse_theory", hyper, n_sequences, q_F, q_S, m_1, m_2
     )
     it = kappa * V / (sigma_w**2 * P)  # 1/τ
     return (
@@ -142,7 +129,8 @@ def exact_data_action(
     A = as_tensor(A, "A")
     check_square(A, "A")
     _check_stats(A, stats)
-    kappa, sigma_w, _, _ = check_hyper(kappa, sigma_w)
+    hp = CopyHyper(kappa=kappa, sigma_w=sigma_w)
+    kappa, sigma_w = hp.kappa, hp.sigma_w
     L, V = stats.seq_len, stats.vocab_size
     lam = sigma_w**2 / (kappa * L)
     HH, HY = data_terms(A, stats.to(dtype=A.dtype))
@@ -172,16 +160,14 @@ def exact_action(
     plus the priors :math:`\|G\|^2/2\sigma_g^2` (+ :math:`b^2/2\sigma_b^2` for linear attention).
     Batched over ``G (..., L, L)``; ``stats`` broadcast against the batch (one data set per model allowed)."""
     kind = resolve_copy_kind(kind)
-    kappa, sigma_w, sigma_g, sigma_b = check_hyper(kappa, sigma_w, sigma_g, sigma_b)
+    hp = CopyHyper(kappa=kappa, sigma_w=sigma_w, sigma_g=sigma_g, sigma_b=sigma_b)
     G = as_tensor(G, "G")
     A = attention_matrix(G, b if kind == "linear" else None, kind=kind)
-    S = exact_data_action(A, stats, kappa=kappa, sigma_w=sigma_w) + (G**2).sum(
-        (-1, -2)
-    ) / (2 * sigma_g**2)
+    S = exact_data_action(A, stats, **hp.keywords(*_READOUT))
+    S = S + (G**2).sum((-1, -2)) / (2 * hp.sigma_g**2)
     if kind == "linear" and b is not None:
-        S = S + as_tensor(b, "b", dtype=G.dtype, device=G.device) ** 2 / (
-            2 * sigma_b**2
-        )
+        b = as_tensor(b, "b", dtype=G.dtype, device=G.device)
+        S = S + b**2 / (2 * hp.sigma_b**2)
     return S
 
 
@@ -191,33 +177,31 @@ def posterior_mean_readout(
     r"""The readout's posterior mean given ``A``: :math:`\bar W = B^\top(K + \kappa L/\sigma_w^2)^{-1}`."""
     A = as_tensor(A, "A")
     _check_stats(A, stats)
-    kappa, sigma_w, _, _ = check_hyper(kappa, sigma_w)
+    hp = CopyHyper(kappa=kappa, sigma_w=sigma_w)
     L, V = stats.seq_len, stats.vocab_size
     HH, HY = data_terms(A, stats.to(dtype=A.dtype))
-    M = HH + (kappa * L / sigma_w**2) * torch.eye(V, dtype=A.dtype, device=A.device)
+    M = HH + (hp.kappa * L / hp.sigma_w**2) * torch.eye(
+        V, dtype=A.dtype, device=A.device
+    )
     return torch.linalg.solve(M, HY).transpose(-1, -2)
 
 
 def monte_carlo_data_action(
-    A,
-    n_sequences: int,
-    *,
-    vocab_size: int,
-    n_datasets: int = 64,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    seed=None,
+    A, n_sequences: int, *, n_datasets: int = 64, seed=None, **hyper
 ):
     """Monte Carlo over data sets: mean and standard error of :func:`exact_data_action` of ``A``
     over ``n_datasets`` independent copy-task data sets (drawn in one batch; ``seed`` an int,
-    a generator or ``None``)."""
+    a generator or ``None``). ``hyper``: the keywords of :func:`data_action`."""
+    hp = CopyHyper.from_keywords(
+        "monte_carlo_data_action", hyper, required=("vocab_size",), optional=_READOUT
+    )
     A = as_tensor(A, "A")
     check_square(A, "A")
     n_ds = check_positive_int(n_datasets, "n_datasets", minimum=2)
     X, Y = copy_task(
         n_sequences,
         A.shape[-1],
-        vocab_size,
+        hp.vocab_size,
         batch_shape=(n_ds,),
         seed=seed,
         dtype=A.dtype,
@@ -225,8 +209,7 @@ def monte_carlo_data_action(
     vals = exact_data_action(
         A.expand(n_ds, *A.shape[-2:]) if A.dim() == 2 else A,
         copy_statistics(X, Y),
-        kappa=kappa,
-        sigma_w=sigma_w,
+        **hp.keywords(*_READOUT),
     )
     return vals.mean(0), vals.std(0) / np.sqrt(n_ds)
 
@@ -305,33 +288,20 @@ def readouts(
     return {k: v.detach().cpu().numpy() for k, v in out.items()}
 
 
-def marginal_potential(
-    stats: CopyStats,
-    *,
-    kind: str = "linear",
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    sigma_g: float = 1.0,
-    sigma_b: float = 1.0,
-):
+def marginal_potential(stats: CopyStats, *, kind: str = "linear", **hyper):
     """``potential(theta) -> (n,)``: :func:`exact_action` of packed ``theta`` (one model per row;
-    ``stats`` batched per row or shared) — the target of SGLD and Adam over ``(G, b)``."""
+    ``stats`` batched per row or shared) — the target of SGLD and Adam over ``(G, b)``.
+    ``hyper``: ``kappa``, ``sigma_w``, ``sigma_g``, ``sigma_b`` (:class:`CopyHyper`)."""
     kind = resolve_copy_kind(kind)
+    scales = CopyHyper.from_keywords(
+        "marginal_potential", hyper, required=()
+    ).keywords()
     if not isinstance(stats, CopyStats):
         raise TypeError("stats must be a CopyStats")
     L = stats.seq_len
 
     def potential(theta):
         p = unpack(theta, L)
-        return exact_action(
-            p["G"],
-            stats,
-            kind=kind,
-            b=p["b"],
-            kappa=kappa,
-            sigma_w=sigma_w,
-            sigma_g=sigma_g,
-            sigma_b=sigma_b,
-        )
+        return exact_action(p["G"], stats, kind=kind, b=p["b"], **scales)
 
     return potential

@@ -12,8 +12,8 @@ import torch
 
 from attnbook.copyhead.action.evidence import data_action, train_mse_theory
 from attnbook.copyhead.action.numerics import (
+    CopyHyper,
     bisect_log,
-    check_hyper,
     grad_and_hessian,
     p_grid,
     quadrature_moments,
@@ -37,10 +37,13 @@ __all__ = [
 ]
 
 
-def _linear_full(
-    m, c_G, rho, v, P, L, V, kappa, sigma_w, sigma_g, sigma_b, entropy: bool
-):
+#: the hyper-parameters the transverse fixed point reads (it has no row bias)
+_TRANSVERSE = ("kappa", "sigma_w", "sigma_g")
+
+
+def _linear_full(m, c_G, rho, v, P, hp: CopyHyper, entropy: bool):
     """Explicit linear-attention action of ``(m, c_G, ρ, v)``; returns ``(S, parts)``."""
+    L, sigma_g, sigma_b = hp.seq_len, hp.sigma_g, hp.sigma_b
     sigma_m2 = sigma_b**2 + sigma_g**2 / L**2
     n_r, n_t = L - 1, L * L - L - 1
     q_F = m**2 / L + c_G**2 * (1 - 1 / L) + (n_r * rho + n_t * v) / L**3
@@ -55,23 +58,13 @@ def _linear_full(
             + 0.5 * n_t * (xv - torch.log(xv) - 1)
         )
     S = S + data_action(
-        q_F, q_S, m, m_2, n_sequences=P, vocab_size=V, kappa=kappa, sigma_w=sigma_w
+        q_F, q_S, m, m_2, n_sequences=P, **hp.keywords("vocab_size", "kappa", "sigma_w")
     )
     return S, dict(q_F=q_F, q_S=q_S, m_1=m, m_2=m_2, rho=rho, v=v)
 
 
 def transverse_optimum(
-    m,
-    c_G,
-    *,
-    n_sequences,
-    seq_len: int,
-    vocab_size: int,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    sigma_g: float = 1.0,
-    tol: float = 1e-10,
-    max_iter: int = 400,
+    m, c_G, *, n_sequences, tol: float = 1e-10, max_iter: int = 400, **hyper
 ):
     r"""Large-deviation optimum of the transverse variances ``(ρ, v)`` (per entry of ``G``).
 
@@ -81,8 +74,21 @@ def transverse_optimum(
     :math:`1/v = 1/\sigma_g^2 + 2\,\partial_{q_F}S/L^3`,
     :math:`1/\rho = 1/\sigma_g^2 + 2\,\partial_{q_F}S/L^3 + 2\,\partial_{m_2}S/L^2`; both
     derivatives are positive, so iterating from the prior value converges monotonically.
+    ``hyper``: ``seq_len``, ``vocab_size``, ``kappa``, ``sigma_w``, ``sigma_g``
+    (:class:`CopyHyper`).
     """
-    L, V = seq_len, vocab_size
+    hp = CopyHyper.from_keywords("transverse_optimum", hyper, optional=_TRANSVERSE)
+    return _transverse(m, c_G, n_sequences, hp, tol, max_iter)
+
+
+def _transverse(m, c_G, n_sequences, hp: CopyHyper, tol: float, max_iter: int):
+    L, V, kappa, sigma_w, sigma_g = (
+        hp.seq_len,
+        hp.vocab_size,
+        hp.kappa,
+        hp.sigma_w,
+        hp.sigma_g,
+    )
     with torch.no_grad():
         m = as_tensor(m, "m").detach()
         c_G = as_tensor(c_G, "c_G", dtype=m.dtype).detach()
@@ -120,15 +126,10 @@ def linear_action(
     c_G,
     *,
     n_sequences,
-    seq_len: int,
-    vocab_size: int,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    sigma_g: float = 1.0,
-    sigma_b: float = 1.0,
     fluctuations: bool = False,
     return_parts: bool = False,
     transverse_tol: float = 1e-10,
+    **hyper,
 ):
     r"""Order-parameter action :math:`S(m, c_G)` of linear attention (batched, differentiable).
 
@@ -137,32 +138,25 @@ def linear_action(
     (:func:`transverse_optimum`, held fixed under autograd: by the envelope theorem the
     gradient is still exact; :func:`linear_saddle` builds exact Hessians by a Schur complement).
     With ``return_parts`` also returns the statistics used. ``transverse_tol`` is the relative
-    tolerance of the transverse fixed point (looser for coarse grid searches).
+    tolerance of the transverse fixed point (looser for coarse grid searches). ``hyper``:
+    ``seq_len``, ``vocab_size`` (required), ``kappa``, ``sigma_w``, ``sigma_g``, ``sigma_b``
+    (:class:`CopyHyper`).
     """
-    L = check_positive_int(seq_len, "seq_len", minimum=2)
-    V = check_positive_int(vocab_size, "vocab_size", minimum=2)
-    kappa, sigma_w, sigma_g, sigma_b = check_hyper(kappa, sigma_w, sigma_g, sigma_b)
+    hp = CopyHyper.from_keywords("linear_action", hyper)
+    S, parts = _action(m, c_G, n_sequences, hp, fluctuations, transverse_tol)
+    return (S, parts) if return_parts else S
+
+
+def _action(m, c_G, n_sequences, hp: CopyHyper, fluctuations: bool, tol=1e-10):
+    """:func:`linear_action` on validated hyper-parameters: ``(S, parts)``."""
     m = as_tensor(m, "m")
     c_G = as_tensor(c_G, "c_G", dtype=m.dtype, device=m.device)
     P = as_tensor(n_sequences, "n_sequences", dtype=m.dtype, device=m.device)
     if fluctuations:
-        rho, v = transverse_optimum(
-            m,
-            c_G,
-            n_sequences=P,
-            seq_len=L,
-            vocab_size=V,
-            kappa=kappa,
-            sigma_w=sigma_w,
-            sigma_g=sigma_g,
-            tol=transverse_tol,
-        )
+        rho, v = _transverse(m, c_G, P, hp, tol, 400)
     else:
         rho = v = torch.zeros((), dtype=m.dtype, device=m.device)
-    S, parts = _linear_full(
-        m, c_G, rho, v, P, L, V, kappa, sigma_w, sigma_g, sigma_b, fluctuations
-    )
-    return (S, parts) if return_parts else S
+    return _linear_full(m, c_G, rho, v, P, hp, fluctuations)
 
 
 @dataclass
@@ -186,38 +180,17 @@ class LinearSaddle:
 
 
 def linear_saddle(
-    n_sequences,
-    *,
-    seq_len: int,
-    vocab_size: int,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    sigma_g: float = 1.0,
-    sigma_b: float = 1.0,
-    fluctuations: bool = False,
-    n_newton: int = 30,
+    n_sequences, *, fluctuations: bool = False, n_newton: int = 30, **hyper
 ) -> LinearSaddle:
     """Global minimum of :func:`linear_action` over ``(m ≥ 0, c_G)`` for each sample size.
 
     A grid search (vectorised over P) finds the basin, damped Newton steps polish it. With
     fluctuations the Hessian of the effective action is the Schur complement of the joint
     Hessian in ``(m, c_G, ρ, v)``. The action is even under ``(m, c_G) → −(m, c_G)``; we report
-    the ``m ≥ 0`` branch.
+    the ``m ≥ 0`` branch. ``hyper``: the keywords of :func:`linear_action`.
     """
     P = p_grid(n_sequences)
-    L = check_positive_int(seq_len, "seq_len", minimum=2)
-    V = check_positive_int(vocab_size, "vocab_size", minimum=2)
-    kappa, sigma_w, sigma_g, sigma_b = check_hyper(kappa, sigma_w, sigma_g, sigma_b)
-    kw = dict(
-        seq_len=L,
-        vocab_size=V,
-        kappa=kappa,
-        sigma_w=sigma_w,
-        sigma_g=sigma_g,
-        sigma_b=sigma_b,
-        fluctuations=fluctuations,
-    )
-    hyper = (kappa, sigma_w, sigma_g, sigma_b)
+    hp = CopyHyper.from_keywords("linear_saddle", hyper)
     m_grid = torch.linspace(0, 1.6, 65, dtype=torch.float64)
     c_grid = torch.cat(
         [
@@ -227,29 +200,16 @@ def linear_saddle(
         ]
     )
     mm, cc = torch.meshgrid(m_grid, c_grid, indexing="ij")
-    S_grid = linear_action(
-        mm[None], cc[None], n_sequences=P[:, None, None], transverse_tol=1e-5, **kw
-    )
+    S_grid, _ = _action(mm[None], cc[None], P[:, None, None], hp, fluctuations, 1e-5)
     best = S_grid.reshape(len(P), -1).argmin(-1)
     x = torch.stack([mm.reshape(-1)[best], cc.reshape(-1)[best]], -1)  # (nP, 2)
 
     def full_action(z):
-        return _linear_full(
-            z[:, 0], z[:, 1], z[:, 2], z[:, 3], P, L, V, *hyper, fluctuations
-        )[0]
+        return _linear_full(z[:, 0], z[:, 1], z[:, 2], z[:, 3], P, hp, fluctuations)[0]
 
     def joint(x):
         if fluctuations:
-            rho, v = transverse_optimum(
-                x[:, 0],
-                x[:, 1],
-                n_sequences=P,
-                seq_len=L,
-                vocab_size=V,
-                kappa=kappa,
-                sigma_w=sigma_w,
-                sigma_g=sigma_g,
-            )
+            rho, v = _transverse(x[:, 0], x[:, 1], P, hp, 1e-10, 400)
         else:
             rho = v = torch.zeros(len(P), dtype=torch.float64)
         return torch.cat([x, rho[:, None], v[:, None]], -1)
@@ -264,7 +224,7 @@ def linear_saddle(
         return g, Hxx
 
     def value(x):
-        return linear_action(x[:, 0], x[:, 1], n_sequences=P, **kw)
+        return _action(x[:, 0], x[:, 1], P, hp, fluctuations)[0]
 
     eye = torch.eye(2, dtype=torch.float64)
     for _ in range(n_newton):
@@ -284,20 +244,14 @@ def linear_saddle(
         if float((t[:, None] * step).abs().max()) < 1e-13:
             break
     x = x * torch.where(x[:, :1] < 0, -1.0, 1.0)
-    S, parts = linear_action(x[:, 0], x[:, 1], n_sequences=P, return_parts=True, **kw)
+    S, parts = _action(x[:, 0], x[:, 1], P, hp, fluctuations)
     _, H = grad_hess(x)
     cov = torch.linalg.inv(H)
-    tau = sigma_w**2 * P / (kappa * V)
+    tau = hp.sigma_w**2 * P / (hp.kappa * hp.vocab_size)
     explained = tau * parts["q_S"] ** 2 / (1 + tau * parts["q_F"])
+    stats = (parts["q_F"], parts["q_S"], parts["m_1"], parts["m_2"])
     mse = train_mse_theory(
-        parts["q_F"],
-        parts["q_S"],
-        parts["m_1"],
-        parts["m_2"],
-        n_sequences=P,
-        vocab_size=V,
-        kappa=kappa,
-        sigma_w=sigma_w,
+        *stats, n_sequences=P, **hp.keywords("vocab_size", "kappa", "sigma_w")
     )
     rho, v = (parts["rho"].expand_as(P), parts["v"].expand_as(P))
     arrays = (P, x[:, 0], x[:, 1], x[:, 0] - x[:, 1], S, explained, mse)
@@ -322,16 +276,7 @@ def pooling_curvature(n_sequences, *, h: float = 1e-3, **action_kw) -> float:
     return float((S[0] - 2 * S[1] + S[2]) / h**2)
 
 
-def linear_onset_p(
-    *,
-    seq_len: int,
-    vocab_size: int,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    sigma_g: float = 1.0,
-    sigma_b: float = 1.0,
-    fluctuations: bool = False,
-) -> float:
+def linear_onset_p(*, fluctuations: bool = False, **hyper) -> float:
     r"""Sample size where the pooling curvature :math:`K_m = \partial_m^2 S|_{0}` changes sign.
 
     Saddle (closed form, the positive root of :func:`derive_linear_onset`):
@@ -339,61 +284,41 @@ def linear_onset_p(
     :math:`a = \sigma_w^2(V-1)/(\kappa L)+\sigma_w^2/\kappa` and
     :math:`b = \sigma_w^2[(V-1)/L^2+1]/(\kappa^2V^2)`. With ``fluctuations=True`` the curvature of
     the fluctuation-corrected action is found by autograd and its zero by bisection.
+    ``hyper``: the keywords of :func:`linear_action`.
     """
-    L = check_positive_int(seq_len, "seq_len", minimum=2)
-    V = check_positive_int(vocab_size, "vocab_size", minimum=2)
-    kappa, sigma_w, sigma_g, sigma_b = check_hyper(kappa, sigma_w, sigma_g, sigma_b)
-    sigma_m2 = sigma_b**2 + sigma_g**2 / L**2
+    hp = CopyHyper.from_keywords("linear_onset_p", hyper)
+    L, V, kappa, sigma_w = hp.seq_len, hp.vocab_size, hp.kappa, hp.sigma_w
+    sigma_m2 = hp.sigma_b**2 + hp.sigma_g**2 / L**2
     a = sigma_w**2 * (V - 1) / (kappa * L) + sigma_w**2 / kappa
     b = sigma_w**2 * ((V - 1) / L**2 + 1) / (kappa**2 * V**2)
     p_saddle = float((a + np.sqrt(a * a + 4 * b / sigma_m2)) / (2 * b))
     if not fluctuations:
         return p_saddle
-    kw = dict(
-        seq_len=L,
-        vocab_size=V,
-        kappa=kappa,
-        sigma_w=sigma_w,
-        sigma_g=sigma_g,
-        sigma_b=sigma_b,
-        fluctuations=True,
-    )
 
     def minus_curvature(p):
-        return -pooling_curvature(p, **kw)
+        return -pooling_curvature(p, fluctuations=True, **hp.keywords())
 
     return bisect_log(minus_curvature, p_saddle / 20, p_saddle * 20)
 
 
 def linear_crossover_p(
     *,
-    seq_len: int,
-    vocab_size: int,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    sigma_g: float = 1.0,
-    sigma_b: float = 1.0,
     fluctuations: bool = False,
     level: float = 0.5,
     p_range=(1.0, 1e9),
     n_grid: int = 16,
+    **hyper,
 ) -> float:
     """Sample size where the explained share of the non-constant target variance reaches ``level``.
 
     The saddle is evaluated on a log-spaced grid of ``P`` (one vectorised call), the crossing is
     bracketed, and a second, finer grid inside the bracket is interpolated linearly in ``log P``.
+    ``hyper``: the keywords of :func:`linear_action`.
     """
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    kw = dict(
-        seq_len=seq_len,
-        vocab_size=vocab_size,
-        kappa=kappa,
-        sigma_w=sigma_w,
-        sigma_g=sigma_g,
-        sigma_b=sigma_b,
-        fluctuations=fluctuations,
-    )
+    hp = CopyHyper.from_keywords("linear_crossover_p", hyper)
+    kw = dict(fluctuations=fluctuations, **hp.keywords())
     lo, hi = np.log(p_range[0]), np.log(p_range[1])
     for _ in range(2):
         logp = np.linspace(lo, hi, n_grid)
@@ -412,15 +337,10 @@ def linear_crossover_p(
 def linear_pooling_moments(
     n_sequences,
     *,
-    seq_len: int,
-    vocab_size: int,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    sigma_g: float = 1.0,
-    sigma_b: float = 1.0,
     fluctuations: bool = True,
     m_max: float | None = None,
     n_grid: int = 1201,
+    **hyper,
 ):
     r"""Susceptibility of pooling without the Gaussian (Laplace) approximation.
 
@@ -433,33 +353,20 @@ def linear_pooling_moments(
     integral says by how much. The grid is ``[-m_max, m_max]``; by default ``m_max`` is chosen per
     ``P`` from a coarse scan as the point where the action has risen by 40 (relative weight
     :math:`e^{-40}`). Returns ``(mean_abs_m, second_moment)`` as arrays over ``P`` (the
-    distribution is even in ``m``, so ``⟨m²⟩`` is its variance).
+    distribution is even in ``m``, so ``⟨m²⟩`` is its variance). ``hyper``: the keywords of
+    :func:`linear_action`.
     """
     P = p_grid(n_sequences)
     n_grid = check_positive_int(n_grid, "n_grid", minimum=101)
-    kw = dict(
-        seq_len=seq_len,
-        vocab_size=vocab_size,
-        kappa=kappa,
-        sigma_w=sigma_w,
-        sigma_g=sigma_g,
-        sigma_b=sigma_b,
-        fluctuations=fluctuations,
-    )
+    hp = CopyHyper.from_keywords("linear_pooling_moments", hyper)
+
+    def pooling_action(m, n_seq):  # S(m, c_G = 0)
+        return _action(m, torch.zeros_like(m), n_seq, hp, fluctuations)[0]
+
     if m_max is None:
         coarse = torch.logspace(-3, 1.5, 200, dtype=torch.float64)
-        Sc = linear_action(
-            coarse[None],
-            torch.zeros(1, 200, dtype=torch.float64),
-            n_sequences=P[:, None],
-            **kw,
-        )
-        S0 = linear_action(
-            torch.zeros(1, dtype=torch.float64),
-            torch.zeros(1, dtype=torch.float64),
-            n_sequences=P,
-            **kw,
-        )
+        Sc = pooling_action(coarse[None], P[:, None])
+        S0 = pooling_action(torch.zeros(1, dtype=torch.float64), P)
         high = (Sc - torch.minimum(Sc.min(-1).values, S0)[:, None]) > 40
         if not bool(high.any(-1).all()):
             raise ValueError(
@@ -469,7 +376,7 @@ def linear_pooling_moments(
     else:
         edge = torch.full_like(P, check_positive(m_max, "m_max"))
     m = edge[:, None] * torch.linspace(-1, 1, n_grid, dtype=torch.float64)[None]
-    S = linear_action(m, torch.zeros_like(m), n_sequences=P[:, None], **kw)
+    S = pooling_action(m, P[:, None])
     check_finite(S, "the pooling action")
     mean_abs, _, w = quadrature_moments(S, m.abs())
     if bool((w[:, [0, -1]] > 1e-8 * w.max(-1, keepdim=True).values).any()):

@@ -1,10 +1,11 @@
-"""Numerical building blocks shared by the linear and softmax analyses: hyper-parameter
-checks, the one grid of sample sizes and the one grid of softmax logits, per-row gradients and
+"""Numerical building blocks shared by the linear and softmax analyses: the one
+hyper-parameter object (:class:`CopyHyper`, validated once), the one grid of sample sizes and the one grid of softmax logits, per-row gradients and
 Hessians by autograd, bisection in log P and quadrature moments."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -17,7 +18,7 @@ from attnbook.validation import (
 )
 
 __all__ = [
-    "check_hyper",
+    "CopyHyper",
     "p_grid",
     "logit_grid",
     "grad_and_hessian",
@@ -26,14 +27,66 @@ __all__ = [
 ]
 
 
-def check_hyper(kappa, sigma_w, sigma_g=1.0, sigma_b=1.0) -> tuple:
-    """Validated ``(kappa, sigma_w, sigma_g, sigma_b)`` (each positive)."""
-    return (
-        check_positive(kappa, "kappa"),
-        check_positive(sigma_w, "sigma_w"),
-        check_positive(sigma_g, "sigma_g"),
-        check_positive(sigma_b, "sigma_b"),
-    )
+_SCALES = ("kappa", "sigma_w", "sigma_g", "sigma_b")
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyHyper:
+    r"""The sizes and scales of the copy-head action, validated once.
+
+    ``seq_len`` :math:`L` (≥ 2) and ``vocab_size`` :math:`V` (≥ 2); the noise variance
+    ``kappa`` :math:`\kappa` and the prior scales ``sigma_w`` (readout), ``sigma_g`` (scores)
+    and ``sigma_b`` (row bias of linear attention), each positive. ``None`` for a size a
+    function does not use. The analyses take these as keywords (``seq_len=..., vocab_size=...,
+    kappa=...``) and build one object with :meth:`from_keywords`; ``**h.keywords()`` passes
+    them on.
+    """
+
+    seq_len: int | None = None
+    vocab_size: int | None = None
+    kappa: float = 1.0
+    sigma_w: float = 1.0
+    sigma_g: float = 1.0
+    sigma_b: float = 1.0
+
+    def __post_init__(self):
+        for size in ("seq_len", "vocab_size"):
+            if getattr(self, size) is not None:
+                value = check_positive_int(getattr(self, size), size, minimum=2)
+                object.__setattr__(self, size, value)
+        for scale in _SCALES:
+            object.__setattr__(self, scale, check_positive(getattr(self, scale), scale))
+
+    @classmethod
+    def from_keywords(
+        cls,
+        function: str,
+        keywords: dict,
+        *,
+        required: Iterable[str] = ("seq_len", "vocab_size"),
+        optional: Iterable[str] = _SCALES,
+    ) -> CopyHyper:
+        """The validated hyper-parameters of ``function`` from its keyword arguments: the
+        ``required`` sizes must be given, only ``required`` and ``optional`` names are accepted
+        (``TypeError`` otherwise, as Python raises for a keyword a function does not take)."""
+        required = tuple(required)
+        accepted = set(required) | set(optional)
+        for key in keywords:
+            if key not in accepted:
+                raise TypeError(
+                    f"{function}() got an unexpected keyword argument {key!r}"
+                )
+        for key in required:
+            if key not in keywords:
+                raise TypeError(
+                    f"{function}() missing required keyword argument {key!r}"
+                )
+        return cls(**keywords)
+
+    def keywords(self, *names: str) -> dict:
+        """The named fields (default: every field that is set) as keyword arguments."""
+        fields = names or [f.name for f in dataclasses.fields(self)]
+        return {k: getattr(self, k) for k in fields if getattr(self, k) is not None}
 
 
 def p_grid(n_sequences) -> torch.Tensor:

@@ -14,8 +14,8 @@ import torch
 
 from attnbook.copyhead.action.evidence import data_action, train_mse_theory
 from attnbook.copyhead.action.numerics import (
+    CopyHyper,
     bisect_log,
-    check_hyper,
     grad_and_hessian,
     logit_grid,
     p_grid,
@@ -45,28 +45,38 @@ def softmax_order_parameters(g, seq_len: int):
     return L / (eg + L - 1), (eg - 1) / (eg + L - 1)
 
 
-def softmax_action(
-    g,
-    *,
-    n_sequences,
-    seq_len: int,
-    vocab_size: int,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    sigma_g: float = 1.0,
-):
-    r""":math:`S(g) = (L-1)g^2/2\sigma_g^2 + S_\text{data}(m=1, c_G=a_G(g))` (batched)."""
-    L = check_positive_int(seq_len, "seq_len", minimum=2)
-    V = check_positive_int(vocab_size, "vocab_size", minimum=2)
-    kappa, sigma_w, sigma_g, _ = check_hyper(kappa, sigma_w, sigma_g)
+#: the hyper-parameters of the softmax analyses (no row bias: it is flat under the softmax)
+_SCALES = ("kappa", "sigma_w", "sigma_g")
+_READOUT = ("vocab_size", "kappa", "sigma_w")
+
+
+def _hyper(function: str, hyper: dict, required=("seq_len", "vocab_size")):
+    """The validated :class:`CopyHyper` of a softmax analysis from its keywords."""
+    return CopyHyper.from_keywords(function, hyper, required=required, optional=_SCALES)
+
+
+def _copy_statistics(aG: torch.Tensor, L: int):
+    """``(q_F, q_S, m_1, m_2)`` of symmetric-logit attention with copy coefficient ``a_G``."""
+    one = torch.ones_like(aG)
+    return 1 / L + aG**2 * (1 - 1 / L), 1 / L + aG * (1 - 1 / L), one, one
+
+
+def softmax_action(g, *, n_sequences, **hyper):
+    r""":math:`S(g) = (L-1)g^2/2\sigma_g^2 + S_\text{data}(m=1, c_G=a_G(g))` (batched).
+
+    ``hyper``: ``seq_len``, ``vocab_size`` (required), ``kappa``, ``sigma_w``, ``sigma_g``
+    (:class:`CopyHyper`)."""
+    return _action(g, n_sequences, _hyper("softmax_action", hyper))
+
+
+def _action(g, n_sequences, hp: CopyHyper) -> torch.Tensor:
+    """:func:`softmax_action` on validated hyper-parameters."""
+    L = hp.seq_len
     g = as_tensor(g, "g")
     P = as_tensor(n_sequences, "n_sequences", dtype=g.dtype, device=g.device)
     _, aG = softmax_order_parameters(g, L)
-    q_F = 1 / L + aG**2 * (1 - 1 / L)
-    q_S = 1 / L + aG * (1 - 1 / L)
-    one = torch.ones_like(aG)
-    return (L - 1) * g**2 / (2 * sigma_g**2) + data_action(
-        q_F, q_S, one, one, n_sequences=P, vocab_size=V, kappa=kappa, sigma_w=sigma_w
+    return (L - 1) * g**2 / (2 * hp.sigma_g**2) + data_action(
+        *_copy_statistics(aG, L), n_sequences=P, **hp.keywords(*_READOUT)
     )
 
 
@@ -87,29 +97,19 @@ class SoftmaxSaddle:
     susceptibility: np.ndarray  #: Laplace variance of a_G at the global minimum
 
 
-def softmax_saddle(
-    n_sequences,
-    *,
-    seq_len: int,
-    vocab_size: int,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    sigma_g: float = 1.0,
-    n_grid: int = 4001,
-) -> SoftmaxSaddle:
+def softmax_saddle(n_sequences, *, n_grid: int = 4001, **hyper) -> SoftmaxSaddle:
     """Local and global minima of :func:`softmax_action` on the logit grid (:func:`logit_grid`,
-    vectorised over P), the global one polished by Newton steps in ``g``."""
+    vectorised over P), the global one polished by Newton steps in ``g``. ``hyper``: the
+    keywords of :func:`softmax_action`."""
     P = p_grid(n_sequences)
-    L = check_positive_int(seq_len, "seq_len", minimum=2)
-    kw = dict(
-        seq_len=L, vocab_size=vocab_size, kappa=kappa, sigma_w=sigma_w, sigma_g=sigma_g
-    )
+    hp = _hyper("softmax_saddle", hyper)
+    L = hp.seq_len
     g = logit_grid(L, n_grid=n_grid)
-    S = softmax_action(g[None], n_sequences=P[:, None], **kw)  # (nP, n_grid)
+    S = _action(g[None], P[:, None], hp)  # (nP, n_grid)
     n_min, g_low, _, g_high, _ = _softmax_minima(S, g, L)
 
     def action(x):  # x (nP, 1): the action is separable over P
-        return softmax_action(x[:, 0], n_sequences=P, **kw)
+        return _action(x[:, 0], P, hp)
 
     x = g[S.argmin(-1)][:, None]
     for _ in range(20):
@@ -118,11 +118,9 @@ def softmax_saddle(
     _, d2 = grad_and_hessian(action, x)
     g_best = x[:, 0]
     _, aG = softmax_order_parameters(g_best, L)
-    q_F = 1 / L + aG**2 * (1 - 1 / L)
-    q_S = 1 / L + aG * (1 - 1 / L)
-    one = torch.ones_like(aG)
-    hyper = dict(vocab_size=vocab_size, kappa=kappa, sigma_w=sigma_w)
-    mse = train_mse_theory(q_F, q_S, one, one, n_sequences=P, **hyper)
+    mse = train_mse_theory(
+        *_copy_statistics(aG, L), n_sequences=P, **hp.keywords(*_READOUT)
+    )
     # Laplace variance of a_G: var(g) = 1/S''(g), then the delta method, (da_G/dg)² var(g)
     daG = L * torch.exp(g_best) / (torch.exp(g_best) + L - 1) ** 2
     susc = daG**2 / d2[:, 0, 0]
@@ -158,21 +156,19 @@ def _softmax_minima(S: torch.Tensor, g: torch.Tensor, L: int):
     )
 
 
-def softmax_stationary_p(
-    g, *, seq_len: int, vocab_size: int, kappa=1.0, sigma_w=1.0, sigma_g=1.0
-) -> np.ndarray:
+def softmax_stationary_p(g, **hyper) -> np.ndarray:
     """For each logit ``g > 0``, the sample size at which ``g`` is a stationary point of the
     action, ``∂_g S(g; P) = 0`` (the prior's slope balances the data's), by bisection in log P.
 
     The curve ``P(g)`` is increasing below the critical length; from
     :func:`softmax_critical_length` on it folds back, and between its local maximum and minimum
-    each ``P`` has three stationary points (two minima and the barrier)."""
-    L = check_positive_int(seq_len, "seq_len", minimum=2)
-    kw = dict(vocab_size=vocab_size, kappa=kappa, sigma_w=sigma_w, sigma_g=sigma_g)
+    each ``P`` has three stationary points (two minima and the barrier). ``hyper``: the
+    keywords of :func:`softmax_action`."""
+    hp = _hyper("softmax_stationary_p", hyper)
     g = as_tensor(g, "g", dtype=torch.float64)
     if bool((g <= 0).any()):
         raise ValueError("g must be positive (g = 0 is stationary at every P)")
-    return _stationary_p(L, kw, g).numpy()
+    return _stationary_p(hp.seq_len, hp.keywords("vocab_size", *_SCALES), g).numpy()
 
 
 def _stationary_p(L: int, kw, g: torch.Tensor) -> torch.Tensor:
@@ -207,14 +203,12 @@ def _has_two_minima(L: int, kw) -> bool:
     return _fold(L, kw) is not None
 
 
-def softmax_fold_window(
-    *, seq_len: int, vocab_size: int, kappa=1.0, sigma_w=1.0, sigma_g=1.0
-):
+def softmax_fold_window(**hyper):
     """The coexistence window ``(P_lo, P_hi)`` from the fold of the stationary curve (the P range
-    where two minima exist), or ``None`` below the critical length."""
-    L = check_positive_int(seq_len, "seq_len", minimum=2)
-    kw = dict(vocab_size=vocab_size, kappa=kappa, sigma_w=sigma_w, sigma_g=sigma_g)
-    return _fold(L, kw)
+    where two minima exist), or ``None`` below the critical length. ``hyper``: the keywords of
+    :func:`softmax_action`."""
+    hp = _hyper("softmax_fold_window", hyper)
+    return _fold(hp.seq_len, hp.keywords("vocab_size", *_SCALES))
 
 
 @functools.cache
@@ -233,13 +227,7 @@ def _critical_length(V: int, kappa: float, sigma_w: float, sigma_g: float) -> in
     return hi
 
 
-def softmax_critical_length(
-    *,
-    vocab_size: int,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    sigma_g: float = 1.0,
-) -> int:
+def softmax_critical_length(**hyper) -> int:
     r"""The critical length :math:`L_c`: the smallest ``seq_len`` at which the symmetric-logit
     action has two local minima for some ``P`` (where the curve of stationary points
     ``P(g)`` folds back).
@@ -247,46 +235,37 @@ def softmax_critical_length(
     Below :math:`L_c` the unstructured and the copy minimum are one minimum that moves
     continuously with ``P`` (a critical end point): there is no first-order transition, no
     coexistence window and no :math:`P^\star`. 20 for ``V = 4`` and 21 for ``V = 8``
-    (unit hyper-parameters). Found by doubling then bisection in ``L``; cached.
+    (unit hyper-parameters). Found by doubling then bisection in ``L``; cached. ``hyper``:
+    ``vocab_size`` (required), ``kappa``, ``sigma_w``, ``sigma_g``.
     """
-    V = check_positive_int(vocab_size, "vocab_size", minimum=2)
-    return _critical_length(V, *map(float, check_hyper(kappa, sigma_w, sigma_g)[:3]))
+    hp = _hyper("softmax_critical_length", hyper, required=("vocab_size",))
+    return _critical_length(hp.vocab_size, hp.kappa, hp.sigma_w, hp.sigma_g)
 
 
-def softmax_critical_p(
-    *,
-    seq_len: int,
-    vocab_size: int,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    sigma_g: float = 1.0,
-) -> float:
+def softmax_critical_p(**hyper) -> float:
     """First-order transition: the ``P`` where the copy basin's minimum becomes the global one.
 
     Bisects the gap between the two minima inside the coexistence window of
     :func:`softmax_fold_window`. Raises ``ValueError`` for ``seq_len`` below
     :func:`softmax_critical_length`: there the action has a single minimum at every ``P`` and
-    no transition exists.
+    no transition exists. ``hyper``: the keywords of :func:`softmax_action`.
     """
-    L = check_positive_int(seq_len, "seq_len", minimum=2)
-    hyper = dict(kappa=kappa, sigma_w=sigma_w, sigma_g=sigma_g)
-    L_c = softmax_critical_length(vocab_size=vocab_size, **hyper)
+    hp = _hyper("softmax_critical_p", hyper)
+    L, V = hp.seq_len, hp.vocab_size
+    L_c = _critical_length(V, hp.kappa, hp.sigma_w, hp.sigma_g)
     if L < L_c:
         raise ValueError(
             f"seq_len={L} is below the critical length L_c = {L_c} (vocab_size="
-            f"{vocab_size}): the symmetric-logit action has a single minimum at every P "
+            f"{V}): the symmetric-logit action has a single minimum at every P "
             f"(a critical end point), so there is no first-order transition and no P*"
         )
-    kw = dict(seq_len=L, vocab_size=vocab_size, **hyper)
-    P_lo, P_hi = softmax_fold_window(seq_len=L, vocab_size=vocab_size, **hyper)
+    P_lo, P_hi = _fold(L, hp.keywords("vocab_size", *_SCALES))
 
     def gap(p):
         # inside the fold window both minima exist; where the grid resolves only one (at
         # the window's ends) the side of the window decides the sign
         g = logit_grid(L)
-        n_min, _, S_low, _, S_high = _softmax_minima(
-            softmax_action(g, n_sequences=p, **kw), g, L
-        )
+        n_min, _, S_low, _, S_high = _softmax_minima(_action(g, p, hp), g, L)
         if int(n_min) >= 2:
             return float(S_low - S_high)
         return -1.0 if p < np.sqrt(P_lo * P_hi) else 1.0
@@ -294,58 +273,29 @@ def softmax_critical_p(
     return bisect_log(gap, P_lo * (1 - 1e-12), P_hi * (1 + 1e-12))
 
 
-def softmax_coexistence(
-    n_sequences,
-    *,
-    seq_len: int,
-    vocab_size: int,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    sigma_g: float = 1.0,
-):
+def softmax_coexistence(n_sequences, **hyper):
     """``(P_low, P_high)``: first and last sample size of the grid ``n_sequences`` where both local
-    minima exist (the metastability window of the first-order transition); ``None`` if never."""
-    res = softmax_saddle(
-        n_sequences,
-        seq_len=seq_len,
-        vocab_size=vocab_size,
-        kappa=kappa,
-        sigma_w=sigma_w,
-        sigma_g=sigma_g,
-    )
+    minima exist (the metastability window of the first-order transition); ``None`` if never.
+    ``hyper``: the keywords of :func:`softmax_action`."""
+    hp = _hyper("softmax_coexistence", hyper)
+    res = softmax_saddle(n_sequences, **hp.keywords("seq_len", "vocab_size", *_SCALES))
     both = res.n_minima >= 2
     if not both.any():
         return None
     return float(res.n_sequences[both].min()), float(res.n_sequences[both].max())
 
 
-def softmax_copy_moments(
-    n_sequences,
-    *,
-    seq_len: int,
-    vocab_size: int,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    sigma_g: float = 1.0,
-    n_grid: int = 4001,
-):
+def softmax_copy_moments(n_sequences, *, n_grid: int = 4001, **hyper):
     r"""Mean and variance of :math:`a_G` under :math:`p(g)\propto e^{-S(g)}` (symmetric-logit softmax
     action, :func:`softmax_action`), by quadrature over the logit ``g`` — the softmax counterpart of
     :func:`linear_pooling_moments`. Near :math:`P^\star` both minima carry weight and the variance
-    peaks *at* the transition (coexistence), not before it. Returns ``(mean, var)`` over ``P``."""
+    peaks *at* the transition (coexistence), not before it. Returns ``(mean, var)`` over ``P``.
+    ``hyper``: the keywords of :func:`softmax_action`."""
     P = p_grid(n_sequences)
-    L = check_positive_int(seq_len, "seq_len", minimum=2)
-    g = logit_grid(L, n_grid=n_grid)
-    S = softmax_action(
-        g[None],
-        n_sequences=P[:, None],
-        seq_len=L,
-        vocab_size=vocab_size,
-        kappa=kappa,
-        sigma_w=sigma_w,
-        sigma_g=sigma_g,
-    )
+    hp = _hyper("softmax_copy_moments", hyper)
+    g = logit_grid(hp.seq_len, n_grid=n_grid)
+    S = _action(g[None], P[:, None], hp)
     check_finite(S, "the softmax action")
-    _, aG = softmax_order_parameters(g, L)
+    _, aG = softmax_order_parameters(g, hp.seq_len)
     mean, var, _ = quadrature_moments(S, aG.expand_as(S))
     return mean.numpy(), var.numpy()
