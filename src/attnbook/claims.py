@@ -105,14 +105,11 @@ def _to_float(value, name: str) -> float:
 
 
 def _to_samples(values) -> np.ndarray:
-    if hasattr(values, "detach"):
-        values = values.detach().cpu().numpy()
-    try:
-        arr = np.asarray(values, dtype=float)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"samples must be a 1-D array of numbers, got {type(values).__name__}"
-        ) from None
+    from .validation import as_float64_array  # torch-backed: imported when samples come
+
+    arr = as_float64_array(
+        values, "samples", what="a 1-D array of numbers", finite=False
+    )
     if arr.ndim != 1:
         raise ValueError(
             f"samples must be 1-D (one value per seed, model or chain), got shape "

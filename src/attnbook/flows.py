@@ -30,7 +30,13 @@ import numpy as np
 import torch
 
 from .errors import BlowUpError
-from .validation import as_tensor, check_finite, check_positive, check_positive_int
+from .validation import (
+    as_float64_array,
+    as_tensor,
+    check_finite,
+    check_positive,
+    check_positive_int,
+)
 
 __all__ = ["BlowUpError", "check_times", "odeint_rk4", "odeint_dopri5", "odeint"]
 
@@ -46,14 +52,7 @@ def _blowup(message: str, time: float, out: list, times: np.ndarray) -> BlowUpEr
 
 def check_times(t, name: str = "t") -> np.ndarray:
     """A 1-D float64 array of at least two finite, strictly increasing times."""
-    if isinstance(t, torch.Tensor):
-        t = t.detach().cpu().numpy()
-    try:
-        arr = np.asarray(t, dtype=float)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{name} must be a 1-D array of times, got {type(t).__name__}"
-        ) from None
+    arr = as_float64_array(t, name, what="a 1-D array of times", finite=False)
     if arr.ndim != 1 or arr.size < 2:
         raise ValueError(
             f"{name} must be a 1-D array of at least two times, got shape {arr.shape}"

@@ -183,17 +183,20 @@ def check_same_last_dim(
         )
 
 
-def as_float64_array(x, name: str) -> np.ndarray:
-    """A finite float64 NumPy array from a tensor, an array or a nested sequence of numbers."""
+def as_float64_array(
+    x, name: str, *, what: str = "an array of numbers", finite: bool = True
+) -> np.ndarray:
+    """A float64 NumPy array from a tensor, an array or a nested sequence of numbers.
+
+    ``TypeError`` "``name`` must be ``what``" when ``x`` is not numeric; with ``finite`` (the
+    default) ``ValueError`` when an entry is NaN or infinite."""
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError):
-        raise TypeError(
-            f"{name} must be an array of numbers, got {type(x).__name__}"
-        ) from None
-    if not np.all(np.isfinite(arr)):
+        raise TypeError(f"{name} must be {what}, got {type(x).__name__}") from None
+    if finite and not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains non-finite values")
     return arr
 

@@ -171,9 +171,10 @@ def get(name: str) -> Experiment:
     return _REGISTRY[name]
 
 
-def _jsonable(value):
+def json_value(value):
+    """A config or axis value as plain JSON: tuples → lists, NumPy scalars → Python numbers."""
     if isinstance(value, (tuple, list)):
-        return [_jsonable(v) for v in value]
+        return [json_value(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
     return value
@@ -181,7 +182,7 @@ def _jsonable(value):
 
 def config_dict(config) -> dict:
     """The fields of a point's config as plain JSON values."""
-    return {k: _jsonable(v) for k, v in dataclasses.asdict(config).items()}
+    return {k: json_value(v) for k, v in dataclasses.asdict(config).items()}
 
 
 def config_hash(config) -> str:

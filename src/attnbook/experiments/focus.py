@@ -87,65 +87,62 @@ DIMS = {
 # a few seconds: two small models, a short loose flow
 SMOKE = dict(m=3, n_models=2, t_end=60.0, n_dense=31, n_log=10, rtol=1e-6, atol=1e-9)
 
-register(
-    Experiment(
-        name="focus-zipf",
-        part="I",
-        description="population flow over seeds × d, Zipf(1) stationary law, λ = 0.5",
-        function=flow_ensemble,
-        config=FlowConfig,
-        dims=DIMS,
-        note="SciPy BDF on the CPU (device is recorded, not used); stage names: "
-        + ", ".join(STAGES),
-        scales={
-            "smoke": Scale(
-                axes={"d": (3, 4), "seed": (0,)},
-                fixed=SMOKE,
-            ),
-            "book": Scale(
-                axes={"d": (3, 4, 5, 6), "seed": (0, 100)},
-                fixed=dict(m=8, n_models=4, t_end=2e3),
-            ),
-            "paper": Scale(
-                axes={"d": (4, 8, 16, 32), "seed": tuple(range(0, 800, 100))},
-                fixed=dict(m=32, n_models=8, t_end=2e4, n_dense=601, n_log=300),
-            ),
-        },
+
+def _register_flow(name: str, description: str, note: str, scales: dict) -> None:
+    """Register a sweep of :func:`flow_ensemble` (Part I, :class:`FlowConfig`, :data:`DIMS`)."""
+    register(
+        Experiment(
+            name=name,
+            part="I",
+            description=description,
+            function=flow_ensemble,
+            config=FlowConfig,
+            dims=DIMS,
+            note=note,
+            scales=scales,
+        )
     )
+
+
+_register_flow(
+    "focus-zipf",
+    "population flow over seeds × d, Zipf(1) stationary law, λ = 0.5",
+    "SciPy BDF on the CPU (device is recorded, not used); stage names: "
+    + ", ".join(STAGES),
+    {
+        "smoke": Scale(axes={"d": (3, 4), "seed": (0,)}, fixed=SMOKE),
+        "book": Scale(
+            axes={"d": (3, 4, 5, 6), "seed": (0, 100)},
+            fixed=dict(m=8, n_models=4, t_end=2e3),
+        ),
+        "paper": Scale(
+            axes={"d": (4, 8, 16, 32), "seed": tuple(range(0, 800, 100))},
+            fixed=dict(m=32, n_models=8, t_end=2e4, n_dense=601, n_log=300),
+        ),
+    },
 )
 
-register(
-    Experiment(
-        name="focus-delta",
-        part="I",
-        description="population flow over the asymmetry δ of π = (0.7, 0.1+δ, 0.1, 0.1−δ)",
-        function=flow_ensemble,
-        config=FlowConfig,
-        dims=DIMS,
-        note="escape time of stage IV vs δ; SciPy BDF on the CPU",
-        scales={
-            "smoke": Scale(
-                axes={"delta": (0.0, 0.04), "seed": (0,)},
-                fixed=dict(SMOKE, chain="perturbed"),
+_register_flow(
+    "focus-delta",
+    "population flow over the asymmetry δ of π = (0.7, 0.1+δ, 0.1, 0.1−δ)",
+    "escape time of stage IV vs δ; SciPy BDF on the CPU",
+    {
+        "smoke": Scale(
+            axes={"delta": (0.0, 0.04), "seed": (0,)},
+            fixed=dict(SMOKE, chain="perturbed"),
+        ),
+        "book": Scale(
+            axes={"delta": (0.0, 0.01, 0.02, 0.04, 0.08), "seed": (0,)},
+            fixed=dict(chain="perturbed", m=8, n_models=4, t_end=2e4),
+        ),
+        "paper": Scale(
+            axes={
+                "delta": (0.0, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08),
+                "seed": tuple(range(0, 400, 100)),
+            },
+            fixed=dict(
+                chain="perturbed", m=8, n_models=16, t_end=1e5, n_dense=601, n_log=300
             ),
-            "book": Scale(
-                axes={"delta": (0.0, 0.01, 0.02, 0.04, 0.08), "seed": (0,)},
-                fixed=dict(chain="perturbed", m=8, n_models=4, t_end=2e4),
-            ),
-            "paper": Scale(
-                axes={
-                    "delta": (0.0, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08),
-                    "seed": tuple(range(0, 400, 100)),
-                },
-                fixed=dict(
-                    chain="perturbed",
-                    m=8,
-                    n_models=16,
-                    t_end=1e5,
-                    n_dense=601,
-                    n_log=300,
-                ),
-            ),
-        },
-    )
+        ),
+    },
 )

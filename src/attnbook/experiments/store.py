@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import ConfigMismatch, config_dict, config_hash
+from . import ConfigMismatch, config_dict, config_hash, json_value
 
 __all__ = [
     "MANIFEST",
@@ -237,8 +237,8 @@ def open_store(
         "scale": scale,
         "device": device,
         "dtype": dtype,
-        "axes": {a: [_plain(v) for v in vals] for a, vals in sc.axes.items()},
-        "fixed": {k: _plain(v) for k, v in sc.fixed.items()},
+        "axes": {a: json_value(vals) for a, vals in sc.axes.items()},
+        "fixed": {k: json_value(v) for k, v in sc.fixed.items()},
         "outputs_dims": {k: list(v) for k, v in experiment.dims.items()},
         "points": [
             {"index": list(idx), "hash": config_hash(cfg), "config": config_dict(cfg)}
@@ -270,14 +270,6 @@ def open_store(
     store.points_dir.mkdir(exist_ok=True)
     store.clean_temporaries()
     return store
-
-
-def _plain(v):
-    if isinstance(v, (tuple, list)):
-        return [_plain(x) for x in v]
-    if isinstance(v, np.generic):
-        return v.item()
-    return v
 
 
 def read_point(directory, h: str) -> dict[str, np.ndarray]:
