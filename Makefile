@@ -14,13 +14,14 @@ export OMP_NUM_THREADS ?= 1
 export PYDEVD_DISABLE_FILE_VALIDATION = 1
 
 .PHONY: chromium pdf test-browser
-.PHONY: help venv lint format test test-units test-chapters test-seeds book clean sync-notebooks bench
+.PHONY: help venv lint format test test-units test-chapters test-seeds book clean sync-notebooks bench duplicates
 
 help:
 	@echo "make test   - set up .venv, lint, run unit tests and execute every chapter with nbval"
 	@echo "make test-seeds - execute every chapter under each seed of SEEDS (default: 1 2)"
 	@echo "make lint   - ruff check + format check of src, tests, bench and the chapters' code"
 	@echo "make format - apply ruff's fixes and formatting (chapters through jupytext)"
+	@echo "make duplicates - repeated code in src/ and in the chapters' code (the duplicates command)"
 	@echo "make book   - set up .venv, execute every chapter and build the HTML book (-W)"
 	@echo "make sync-notebooks - regenerate the Colab .ipynb of every chapter from its .md"
 	@echo "make bench  - run the benchmark scripts in bench/"
@@ -51,6 +52,12 @@ format: venv
 	$(VENV)/bin/ruff format --quiet $(RUFF_PATHS)
 	$(PY) tools/lint_chapters.py --fix $(CHAPTERS)
 	$(MAKE) sync-notebooks
+
+# repeated code: the package, then the chapters' code exported line for line (tools/chapter_code.py)
+duplicates:
+	@command -v duplicates >/dev/null || { echo "the duplicates command is not installed"; exit 0; }; \
+	  printf "src: "; duplicates --repo src --most 40; \
+	  $(PYTHON) tools/chapter_code.py --duplicates --most 40
 
 test: venv lint
 	rm -rf _build/ledger

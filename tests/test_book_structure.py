@@ -151,3 +151,40 @@ def test_build_tooling_is_outside_the_runtime_package():
     )
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert "attnbook.build_tools" not in makefile and "tools/build_tools.py" in makefile
+
+
+def test_chapter_code_keeps_each_code_line_on_its_chapter_line(tmp_path):
+    import chapter_code
+
+    text = "\n".join(
+        [
+            "# Title",
+            "```{code-cell} ipython3",
+            ":tags: [hide-input]",
+            "x = 1",
+            "%timeit x",
+            "```",
+            "prose, not code",
+            "````{code-cell} ipython3",
+            "---",
+            "tags: [raises-exception]",
+            "---",
+            "y = x + 1",
+            "````",
+        ]
+    )
+    lines = chapter_code.code_lines(text)
+    assert len(lines) == len(text.split("\n"))
+    assert [(i, s) for i, s in enumerate(lines) if s] == [
+        (3, "x = 1"),
+        (11, "y = x + 1"),
+    ]
+    mds = chapter_code.chapters()
+    assert ROOT / "book" / "foundations" / "attention-maps.md" in mds
+    written = chapter_code.export(tmp_path, mds)
+    assert len(written) == len(mds)
+    md = ROOT / "book" / "foundations" / "attention-maps.md"
+    py = tmp_path / "foundations" / "attention-maps.py"
+    code = py.read_text().split("\n")
+    chapter = md.read_text().split("\n")
+    assert all(c == chapter[i] for i, c in enumerate(code) if c)
