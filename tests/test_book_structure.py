@@ -188,3 +188,25 @@ def test_chapter_code_keeps_each_code_line_on_its_chapter_line(tmp_path):
     code = py.read_text().split("\n")
     chapter = md.read_text().split("\n")
     assert all(c == chapter[i] for i, c in enumerate(code) if c)
+
+
+def test_bibliography_has_full_names_and_author_year_labels():
+    import attnbook_sphinxext as ext
+    from pybtex.database import parse_file
+
+    bib = parse_file(ROOT / "book" / "references.bib")
+    for key, entry in bib.entries.items():
+        for person in entry.persons["author"]:
+            if str(person) != "others":
+                assert person.first_names, f"{key}: {person} has no first name"
+    style = ext.author_year_style()()
+    labels = {e.key: e.label for e in style.format_bibliography(bib)}
+    assert labels["chen2026focus"] == "Chen et al., 2026"
+    assert labels["welling2011sgld"] == "Welling and Teh, 2011"
+    assert labels["cuturi2013sinkhorn"] == "Cuturi, 2013"
+    assert labels["olsson2022induction"] == "Olsson et al., 2022"
+    assert len(set(labels.values())) == len(labels)
+    assert (
+        "bibtex_default_style: attnbook_author_year"
+        in (ROOT / "_config.yml").read_text()
+    )
