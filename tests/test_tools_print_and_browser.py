@@ -62,7 +62,7 @@ def test_author_year_labels():
         "bibtex",
     )
     labels = [sphinx_reader.author_year_label(bib.entries[k]) for k in "abc"]
-    assert labels == ["Cuturi 2013", "Bobkov and Ledoux 2019", "Castin et al. 2025"]
+    assert labels == ["Cuturi, 2013", "Bobkov and Ledoux, 2019", "Castin et al., 2025"]
     style = sphinx_reader.AuthorYearLabelStyle()
     twice = list(style.format_labels([bib.entries["a"], bib.entries["a"]]))
-    assert twice == ["Cuturi 2013a", "Cuturi 2013b"]
+    assert twice == ["Cuturi, 2013a", "Cuturi, 2013b"]

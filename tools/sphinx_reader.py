@@ -3,8 +3,9 @@
 1. Author–year labels in the bibliography, matching the author–year citations.
    sphinxcontrib-bibtex cites in author–year form (``bibtex_reference_style: author_year``)
 but labels the bibliography's entries with pybtex's default *alpha* labels ("[CLXL26]"). This
-extension registers a pybtex label style that writes "Chen et al. 2026", "Cuturi 2013",
-"Bobkov and Ledoux 2019" instead, and makes it the book's default bibliography style.
+extension registers a pybtex label style that writes "Chen et al., 2026", "Cuturi, 2013",
+"Bobkov and Ledoux, 2019" instead (as ``{cite:p}`` prints them), and makes it the book's default
+bibliography style.
 2. No inline script twice. Extensions that add an inline ``<script>`` after the builder is
    set up (sphinx-thebe's ``const THEBE_JS_URL = ...``, sphinx-togglebutton's selector) get it
    written twice into every page under Sphinx 7.4 (once with filename None, once ""); the second ``const``
@@ -37,7 +38,8 @@ def _surname(person) -> str:
 
 
 def author_year_label(entry) -> str:
-    """``"Surname Year"``, ``"A and B Year"`` or ``"A et al. Year"`` for a pybtex entry."""
+    """``"Surname, Year"``, ``"A and B, Year"`` or ``"A et al., Year"`` for a pybtex entry: the
+    text of a parenthetical citation."""
     persons = entry.persons.get("author") or entry.persons.get("editor") or []
     names = [_surname(p) for p in persons]
     if not names:
@@ -48,7 +50,7 @@ def author_year_label(entry) -> str:
         who = f"{names[0]} and {names[1]}"
     else:
         who = f"{names[0]} et al."
-    return f"{who} {entry.fields.get('year', 'n.d.')}"
+    return f"{who}, {entry.fields.get('year', 'n.d.')}"
 
 
 class AuthorYearLabelStyle(BaseLabelStyle):
