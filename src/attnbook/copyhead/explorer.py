@@ -9,8 +9,10 @@ r"""The Part II explorer: the copy head's theory over sample size :math:`P`, seq
   :math:`P` (cached per ``(L, V)``);
 * :func:`plot_actions` / :func:`plot_order` — the effective actions at one :math:`P` and the order
   parameters against :math:`P`, on given axes (what the static figures of the book draw);
-* :func:`copyhead_explorer` — the ``ipywidgets`` explorer: sliders for :math:`(P, L, V)`. An update
-  takes well under 2 s on a CPU (one :math:`(L, V)` costs ≈ 0.3 s, a new :math:`P` ≈ 0.05 s).
+* :func:`copyhead_explorer` — the ``ipywidgets`` explorer: sliders for :math:`(P, L, V)`. Measured
+  on a 2-core CPU shared by ten processes: ≈ 0.7 s to redraw for a new :math:`P` (the curves
+  are cached), 1.7–2.9 s for a new :math:`(L, V)` (thresholds and curves computed once, then
+  cached); on an idle CPU a few times less.
 
 Unit hyper-parameters (:math:`\kappa=\sigma_w=\sigma_g=\sigma_b=1`), as in the chapters.
 """
