@@ -29,7 +29,7 @@ def test_the_figure_has_four_panels_with_legible_fonts():
     runs = ex.explorer_runs([(0.0, 0.5), (0.04, 0.8)], **SHORT)
     for fig in (ex.explorer_figure(runs), ex.explorer_figure(runs[0])):
         axes = [ax for ax in fig.axes if ax.get_visible()]
-        assert len(axes) == 4
+        assert len(axes) == 4 and fig.get_figwidth() <= 7  # shown at ~page width
         sizes = [ax.title.get_fontsize() for ax in axes]
         sizes += [t.get_fontsize() for ax in axes for t in ax.get_xticklabels()]
         assert min(sizes) >= 9

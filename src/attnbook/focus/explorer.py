@@ -140,11 +140,12 @@ def _draw(axes, run: ExplorerRun, *, label=None, style="-", color=None, shade=Tr
             shade_stages(ax, run.stages, t_end=run.t[-1])
 
 
-def explorer_figure(runs, *, figsize=(8, 5.6)):
+def explorer_figure(runs, *, figsize=(6.8, 5.4)):
     """Four panels (loss − h, H_u, ‖Φ‖_F, σ₂(W₀) against log t), one curve per run.
 
     With one run the stages are shaded; with several, each run gets its own colour and
-    a legend names its (δ, ρ). Fonts are at least 9 pt at ``figsize``. Returns the figure.
+    a legend names its (δ, ρ). Fonts are at least 9 pt at ``figsize``, which is the width of
+    the book's page (about 7 in), so they stay legible there. Returns the figure.
     """
     import matplotlib.pyplot as plt
 
