@@ -66,3 +66,9 @@ def test_bad_settings_are_refused(kwargs, error):
 def test_the_figure_refuses_other_objects():
     with pytest.raises(TypeError, match="ExplorerRun"):
         ex.explorer_figure([1, 2])
+
+
+def test_the_widget_refuses_a_start_off_its_sliders():
+    pytest.importorskip("ipywidgets")
+    with pytest.raises(ValueError, match="not a setting"):
+        ex.focus_explorer(start=(0.03, 0.5))

@@ -171,13 +171,21 @@ def explorer_figure(runs, *, figsize=(6.8, 5.4)):
     return fig
 
 
-def focus_explorer(*, deltas=DELTAS, rhos=RHOS, precompute: bool = False, **options):
+def focus_explorer(
+    *,
+    deltas=DELTAS,
+    rhos=RHOS,
+    start=(0.02, 0.5),
+    precompute: bool = False,
+    **options,
+):
     """Sliders over δ and ρ showing the four stages of the population flow (ipywidgets).
 
     Each new setting integrates one flow (about a second on a CPU); settings already seen are
     cached and redraw at once; ``precompute=True`` integrates every setting of the sliders
     first (about 20 s), after which every update only redraws (well under a second).
-    ``options`` go to :func:`explorer_runs`. Returns the widget.
+    ``start`` is the setting shown first (one of the sliders'); ``options`` go to
+    :func:`explorer_runs`. Returns the widget.
     """
     import ipywidgets as W
     import matplotlib.pyplot as plt
@@ -186,12 +194,13 @@ def focus_explorer(*, deltas=DELTAS, rhos=RHOS, precompute: bool = False, **opti
     rhos = [_setting(0.0, r)[1] for r in rhos]
     if not deltas or not rhos:
         raise ValueError("deltas and rhos must hold at least one value each")
+    start = _setting(*start)
+    if start[0] not in deltas or start[1] not in rhos:
+        raise ValueError(f"start {start} is not a setting of the sliders")
     if precompute:
         explorer_runs([(dl, r) for dl in deltas for r in rhos], **options)
-    delta = W.SelectionSlider(
-        options=deltas, value=deltas[len(deltas) // 2], description="δ"
-    )
-    rho = W.SelectionSlider(options=rhos, value=rhos[len(rhos) // 2], description="ρ")
+    delta = W.SelectionSlider(options=deltas, value=start[0], description="δ")
+    rho = W.SelectionSlider(options=rhos, value=start[1], description="ρ")
     out = W.Output()
 
     def draw(*_):
