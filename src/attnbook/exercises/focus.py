@@ -17,7 +17,15 @@ import torch
 from .. import markov
 from ..focus import metrics, theory
 from ..focus.population import attention_mixture
-from .core import as_array, assert_close, call, checker, fail, require_function
+from .core import (
+    CHECKERS,
+    as_array,
+    assert_close,
+    call,
+    checker,
+    fail,
+    require_function,
+)
 
 __all__ = [
     "check_stationary",
@@ -62,6 +70,15 @@ def _same(got: np.ndarray, other, **kw) -> bool:
     return got.shape == other.shape and bool(np.allclose(got, other, **kw))
 
 
+def _answers(label: str, fn, cases):
+    """Check that ``fn`` is a function; for each case ``(*args, on)`` yield ``(*args, on,
+    answer)`` with ``answer = fn(*copies of args)`` (failures turned into helpful messages)."""
+    require_function(label, fn, CHECKERS[label].what)
+    for *args, on in cases:
+        copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        yield (*args, on, call(label, fn, *copies, on=on))
+
+
 def _scalar(label: str, value, *, on: str, what: str) -> float:
     arr = as_array(label, value, on=on, what=what)
     if arr.size != 1:
@@ -81,18 +98,16 @@ def _scalar(label: str, value, *, on: str, what: str) -> float:
 def check_stationary(fn) -> None:
     """The stationary law π (``(d,)``, π ≥ 0, Σπ = 1, πᵀP = πᵀ) of a row-stochastic ``P``."""
     label = "ex-focus-stationary"
-    require_function(label, fn, "a function stationary(P)")
     periodic = torch.tensor(
         [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]], dtype=F64
     )
     cases = [
-        (_book_chain(), "the book's lazy chain (d = 4, ρ = 0.5)"),
-        (_random_chain(5, 20), "a random 5 × 5 chain"),
-        (periodic, "the periodic chain 0 → 1 → 2 → 0 (powers of P never converge)"),
+        (_book_chain(), "P = the book's lazy chain (d = 4, ρ = 0.5)"),
+        (_random_chain(5, 20), "P = a random 5 × 5 chain"),
+        (periodic, "P = the periodic chain 0 → 1 → 2 → 0 (powers of P never converge)"),
     ]
-    for P, note in cases:
-        on = f"P = {note}"
-        got = as_array(label, call(label, fn, P.clone(), on=on), on=on, what="π")
+    for P, on, answer in _answers(label, fn, cases):
+        got = as_array(label, answer, on=on, what="π")
         expected = markov.stationary(P).numpy()
         hint = "π is the LEFT eigenvector of P for eigenvalue 1 (πᵀP = πᵀ), scaled to sum 1"
         if got.shape == expected.shape and np.all(np.isfinite(got)):
@@ -105,7 +120,7 @@ def check_stationary(fn) -> None:
                 )
             elif got.sum() != 0 and _same(got / got.sum(), expected, atol=1e-8):
                 hint = "the direction is right: normalise so that the entries sum to 1"
-            elif "periodic" in note:
+            elif "periodic" in on:
                 hint = (
                     "iterating π ← πᵀP does not converge on a periodic chain: solve the "
                     "linear system (Pᵀ − I)π = 0 with Σπ = 1 instead"
@@ -119,18 +134,16 @@ def check_stationary(fn) -> None:
 def check_entropy_rate(fn) -> None:
     """The entropy rate ``h = −Σ_i π_i Σ_j P_ij log P_ij`` (nats) of a chain, a number."""
     label = "ex-focus-entropy-rate"
-    require_function(label, fn, "a function entropy_rate(P)")
     sparse = torch.tensor(
         [[0.0, 1.0, 0.0], [0.0, 0.5, 0.5], [0.9, 0.0, 0.1]], dtype=F64
     )
     cases = [
-        (_book_chain(), "the book's lazy chain"),
-        (_random_chain(5, 21), "a random 5 × 5 chain"),
-        (sparse, "a 3 × 3 chain with zero transitions (0·log 0 = 0)"),
+        (_book_chain(), "P = the book's lazy chain"),
+        (_random_chain(5, 21), "P = a random 5 × 5 chain"),
+        (sparse, "P = a 3 × 3 chain with zero transitions (0·log 0 = 0)"),
     ]
-    for P, note in cases:
-        on = f"P = {note}"
-        got = _scalar(label, call(label, fn, P.clone(), on=on), on=on, what="h")
+    for P, on, answer in _answers(label, fn, cases):
+        got = _scalar(label, answer, on=on, what="h")
         expected = float(markov.entropy_rate(P))
         pi = markov.stationary(P)
         rows = markov.entropy(P)
@@ -162,15 +175,13 @@ def check_entropy_rate(fn) -> None:
 def check_grad_m_origin(fn) -> None:
     """∂L/∂M at θ = 0 for the chain ``P``: ``π(1/d − π)ᵀ = −π bᵀ``, shape ``(d, d)``."""
     label = "ex-focus-grad-m-origin"
-    require_function(label, fn, "a function grad_M_origin(P)")
     cases = [
-        (_book_chain(), "the book's lazy chain (ρ = 0.5)"),
-        (markov.perturbed_chain(4, 0.7, 0.02, 0.9), "the same π with ρ = 0.9"),
-        (_random_chain(5, 22), "a random 5 × 5 chain (not lazy)"),
+        (_book_chain(), "P = the book's lazy chain (ρ = 0.5)"),
+        (markov.perturbed_chain(4, 0.7, 0.02, 0.9), "P = the same π with ρ = 0.9"),
+        (_random_chain(5, 22), "P = a random 5 × 5 chain (not lazy)"),
     ]
-    for P, note in cases:
-        on = f"P = {note}"
-        got = as_array(label, call(label, fn, P.clone(), on=on), on=on, what="∂L/∂M")
+    for P, on, answer in _answers(label, fn, cases):
+        got = as_array(label, answer, on=on, what="∂L/∂M")
         pi = markov.stationary(P)
         u, v = theory.condensation_directions(pi)
         expected = (-theory.condensation_rate(pi) * torch.outer(u, v)).numpy()
@@ -197,7 +208,6 @@ def check_grad_m_origin(fn) -> None:
 def check_condensation_rate(fn) -> None:
     """The stage-I growth rate ``c_I = ‖π‖ ‖π − 1/d‖`` (a number) of a law ``pi``."""
     label = "ex-focus-condensation-rate"
-    require_function(label, fn, "a function condensation_rate(pi)")
     cases = [
         (markov.perturbed_stationary(4, 0.7, 0.02), "π = (0.7, 0.12, 0.10, 0.08)"),
         (_random_law(6, 23), "a random law with d = 6"),
@@ -206,9 +216,8 @@ def check_condensation_rate(fn) -> None:
             "the uniform law with d = 5 (no condensation)",
         ),
     ]
-    for pi, note in cases:
-        on = note
-        got = _scalar(label, call(label, fn, pi.clone(), on=on), on=on, what="c_I")
+    for pi, on, answer in _answers(label, fn, cases):
+        got = _scalar(label, answer, on=on, what="c_I")
         expected = float(theory.condensation_rate(pi))
         p = pi.numpy()
         b = p - 1 / len(p)
@@ -233,22 +242,22 @@ def check_condensation_rate(fn) -> None:
 def check_type_attention(fn) -> None:
     """The long-context attention laws ``w_q(k) ∝ π_k e^{Φ_qk}`` (rows), shape ``(d, d)``."""
     label = "ex-focus-type-attention"
-    require_function(label, fn, "a function type_attention(Phi, pi)")
     pi4 = markov.perturbed_stationary(4, 0.7, 0.02)
     cases = [
-        (torch.zeros(4, 4, dtype=F64), pi4, "Φ = 0 (every query attends like π)"),
-        (torch.randn(4, 4, generator=_gen(24), dtype=F64), pi4, "a random Φ"),
+        (
+            torch.zeros(4, 4, dtype=F64),
+            pi4,
+            "Φ = 0 (every query attends like π), d = 4",
+        ),
+        (torch.randn(4, 4, generator=_gen(24), dtype=F64), pi4, "a random Φ, d = 4"),
         (
             800 * torch.randn(5, 5, generator=_gen(25), dtype=F64),
             _random_law(5, 26),
-            "a Φ with entries of several hundred (e^Φ overflows)",
+            "a Φ with entries of several hundred (e^Φ overflows), d = 5",
         ),
     ]
-    for Phi, pi, note in cases:
-        on = f"{note}, d = {len(pi)}"
-        got = as_array(
-            label, call(label, fn, Phi.clone(), pi.clone(), on=on), on=on, what="w"
-        )
+    for Phi, pi, on, answer in _answers(label, fn, cases):
+        got = as_array(label, answer, on=on, what="w")
         expected = attention_mixture(Phi, pi).numpy()
         hint = (
             "w_q(k) = π_k e^{Φ_qk} / Σ_l π_l e^{Φ_ql}: softmax over k of Φ_qk + log π_k"
@@ -272,17 +281,15 @@ def check_type_attention(fn) -> None:
 def check_growth_rate(fn) -> None:
     """The stage-II rate ``c = ρ‖ℓ̃‖S₃T/‖π‖⁵`` at the saddle, a number."""
     label = "ex-focus-rate-hand"
-    require_function(label, fn, "a function growth_rate(pi, rho)")
     pi4 = markov.perturbed_stationary(4, 0.7, 0.02)
     cases = [
-        (pi4, 0.5, "the book's π = (0.7, 0.12, 0.10, 0.08)"),
-        (_random_law(6, 27), 0.8, "a random law with d = 6"),
-        (pi4, 0.0, "the book's π with i.i.d. tokens"),
-        (torch.full((4,), 0.25, dtype=F64), 0.5, "the uniform law"),
+        (pi4, 0.5, "the book's π = (0.7, 0.12, 0.10, 0.08), ρ = 0.5"),
+        (_random_law(6, 27), 0.8, "a random law with d = 6, ρ = 0.8"),
+        (pi4, 0.0, "the book's π with i.i.d. tokens, ρ = 0"),
+        (torch.full((4,), 0.25, dtype=F64), 0.5, "the uniform law, ρ = 0.5"),
     ]
-    for pi, rho, note in cases:
-        on = f"{note}, ρ = {rho}"
-        got = _scalar(label, call(label, fn, pi.clone(), rho, on=on), on=on, what="c")
+    for pi, rho, on, answer in _answers(label, fn, cases):
+        got = _scalar(label, answer, on=on, what="c")
         expected = float(theory.attention_growth_rate(pi, rho))
         p = pi.numpy()
         lp = np.log(p)
@@ -317,7 +324,6 @@ def _laws(d: int, seed: int) -> torch.Tensor:
 def check_average_entropies(fn) -> None:
     """``(H_u, H_π)``: the type-level entropies ``H(w_q)`` averaged uniformly and with ``π``."""
     label = "ex-focus-average-entropies"
-    require_function(label, fn, "a function average_entropies(w, pi)")
     pi4 = markov.perturbed_stationary(4, 0.7, 0.02)
     focused = (
         torch.eye(4, dtype=F64)[[0, 0, 0, 0]] * 0.9 + 0.1 * pi4
@@ -328,10 +334,8 @@ def check_average_entropies(fn) -> None:
         (focused, pi4, "query 0 attends only to token 0 (zeros in its row)"),
         (_laws(6, 29), _random_law(6, 30), "random laws and a random π, d = 6"),
     ]
-    for w, pi, note in cases:
-        on = note
-        out = call(label, fn, w.clone(), pi.clone(), on=on)
-        got = as_array(label, out, on=on, what="(H_u, H_π)")
+    for w, pi, on, answer in _answers(label, fn, cases):
+        got = as_array(label, answer, on=on, what="(H_u, H_π)")
         if got.shape != (2,):
             fail(
                 label,
@@ -357,7 +361,6 @@ def check_average_entropies(fn) -> None:
 def check_position_entropy(fn) -> None:
     """Position-level entropy ``log s − KL(w_q‖π)`` of each query, shape ``(d,)``."""
     label = "ex-focus-position-entropy"
-    require_function(label, fn, "a function position_entropy(w, pi, s)")
     pi4 = markov.perturbed_stationary(4, 0.7, 0.02)
     cases = [
         (_laws(4, 31), pi4, 64, "random attention laws, the book's π, s = 64"),
@@ -369,14 +372,8 @@ def check_position_entropy(fn) -> None:
         ),
         (torch.eye(4, dtype=F64), pi4, 32, "one-hot laws (zeros in w), s = 32"),
     ]
-    for w, pi, s, note in cases:
-        on = note
-        got = as_array(
-            label,
-            call(label, fn, w.clone(), pi.clone(), s, on=on),
-            on=on,
-            what="entropies",
-        )
+    for w, pi, s, on, answer in _answers(label, fn, cases):
+        got = as_array(label, answer, on=on, what="entropies")
         expected = metrics.position_entropy(w, pi, s)
         kl_back = metrics.attention_kl(pi.expand_as(w).clone(), w.clamp_min(1e-300))
         hint = (
@@ -406,15 +403,17 @@ def check_position_entropy(fn) -> None:
 def check_perturbed_pi(fn) -> None:
     """``π₀ = pi_top``, rare tokens ``(1 − pi_top)/(d − 1) + c_i δ``, ``c = linspace(1, −1, d−1)``."""
     label = "ex-focus-perturbed-pi"
-    require_function(label, fn, "a function perturbed_pi(d, pi_top, delta)")
-    for d, top, delta in (
-        (4, 0.7, 0.02),
-        (6, 0.5, 0.01),
-        (4, 0.7, 0.0),
-        (3, 0.4, 0.05),
-    ):
-        on = f"d = {d}, pi_top = {top}, delta = {delta}"
-        got = as_array(label, call(label, fn, d, top, delta, on=on), on=on, what="π")
+    cases = [
+        (d, top, delta, f"d = {d}, pi_top = {top}, delta = {delta}")
+        for d, top, delta in (
+            (4, 0.7, 0.02),
+            (6, 0.5, 0.01),
+            (4, 0.7, 0.0),
+            (3, 0.4, 0.05),
+        )
+    ]
+    for d, top, delta, on, answer in _answers(label, fn, cases):
+        got = as_array(label, answer, on=on, what="π")
         expected = markov.perturbed_stationary(d, top, delta).numpy()
         hint = "π = (pi_top, r + c₁δ, …, r + c_{d−1}δ), r = (1 − pi_top)/(d − 1), c = linspace(1, −1, d − 1)"
         if got.shape == expected.shape and not math.isclose(
@@ -430,7 +429,6 @@ def check_perturbed_pi(fn) -> None:
 def check_stable_rank(fn) -> None:
     """Stable rank ``‖A‖_F² / ‖A‖₂² = Σσ_i²/σ₁²`` of a matrix, a number."""
     label = "ex-focus-stable-rank"
-    require_function(label, fn, "a function stable_rank(A)")
     g = _gen(32)
     u, v = (
         torch.randn(4, 1, generator=g, dtype=F64),
@@ -445,11 +443,8 @@ def check_stable_rank(fn) -> None:
         ),
         (torch.eye(3, dtype=F64), "the 3 × 3 identity"),
     ]
-    for A, note in cases:
-        on = note
-        got = _scalar(
-            label, call(label, fn, A.clone(), on=on), on=on, what="the stable rank"
-        )
+    for A, on, answer in _answers(label, fn, cases):
+        got = _scalar(label, answer, on=on, what="the stable rank")
         expected = float(metrics.stable_rank(A))
         s = np.linalg.svd(A.numpy(), compute_uv=False)
         hint = "stable rank = Σ_i σ_i² / σ₁² (Frobenius norm squared over spectral norm squared)"
@@ -471,10 +466,10 @@ def check_stable_rank(fn) -> None:
 def check_zipf(fn) -> None:
     """The Zipf law ``π_k ∝ k^{−s}``, k = 1…d, shape ``(d,)``."""
     label = "ex-focus-zipf"
-    require_function(label, fn, "a function zipf(d, s)")
-    for d, s in ((4, 1.0), (32, 1.1), (5, 0.0)):
-        on = f"d = {d}, s = {s}" + (" (s = 0: the uniform law)" if s == 0 else "")
-        got = as_array(label, call(label, fn, d, s, on=on), on=on, what="π")
+    cases = [(4, 1.0, "d = 4, s = 1"), (32, 1.1, "d = 32, s = 1.1")]
+    cases.append((5, 0.0, "d = 5, s = 0 (the uniform law)"))
+    for d, s, on, answer in _answers(label, fn, cases):
+        got = as_array(label, answer, on=on, what="π")
         k = np.arange(1, d + 1, dtype=float)
         expected = k**-s / (k**-s).sum()
         hint = "π_k = k^(−s) / Σ_j j^(−s) for ranks k = 1, …, d"
@@ -494,7 +489,6 @@ def check_zipf(fn) -> None:
 def check_bigram_chain(fn) -> None:
     """Bigram estimate ``P̂_ij = n_ij / Σ_l n_il`` from sequences ``(n, L)`` of ids in ``[0, d)``."""
     label = "ex-focus-bigram"
-    require_function(label, fn, "a function bigram_chain(tokens, d)")
     seqs = markov.sample_sequences(_book_chain(), 20, 50, seed=33)
     unseen = markov.sample_sequences(
         markov.lazy_chain(_random_law(4, 34), 0.3), 6, 30, seed=35
@@ -509,11 +503,8 @@ def check_bigram_chain(fn) -> None:
         ),
         (edge, 4, f"tokens = {edge.tolist()}, d = 4 (token 3 never occurs)"),
     ]
-    for tokens, d, note in cases:
-        on = note
-        got = as_array(
-            label, call(label, fn, tokens.clone(), d, on=on), on=on, what="P̂"
-        )
+    for tokens, d, on, answer in _answers(label, fn, cases):
+        got = as_array(label, answer, on=on, what="P̂")
         expected, pi_hat = markov.estimate_chain(tokens, d)
         expected = expected.numpy()
         hint = (
