@@ -98,18 +98,15 @@ def _namespace():
     return {"torch": torch, "math": math, "scipy": scipy, "att": att}
 
 
-def _labels_of(part: str) -> set:
-    """The labels of the checkers registered by ``attnbook.exercises.<part>``."""
-    return {
-        label
-        for label, fn in exercises.CHECKERS.items()
-        if fn.__module__ == f"attnbook.exercises.{part}"
-    }
+def part_labels(module: str) -> set:
+    """Labels of the checkers registered by ``attnbook.exercises.<module>`` (one part)."""
+    name = f"attnbook.exercises.{module}"
+    return {label for label, fn in exercises.CHECKERS.items() if fn.__module__ == name}
 
 
 def test_registry_matches_the_book():
     labels = _exercise_labels()
-    assert set(REFERENCE) == _labels_of("foundations") == set(WRONG)
+    assert set(REFERENCE) == part_labels("foundations") == set(WRONG)
     assert set(exercises.CHECKERS) <= set(labels), "a checker without an exercise"
     assert sorted({label for label, _ in SOLUTIONS}) == exercises.labels()
     assert exercises.labels() == sorted(exercises.CHECKERS)

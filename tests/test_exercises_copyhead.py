@@ -14,9 +14,9 @@ import torch
 from test_exercises import (
     ROOT,
     SOLUTIONS,
-    _labels_of,
     _namespace,
     _stub_raise,
+    part_labels,
 )
 from test_exercises import (
     test_wrong_answers_fail_with_what_where_and_a_hint as _fails_with_what_where_and_a_hint,
@@ -193,7 +193,7 @@ COPYHEAD_SOLUTIONS = [(lab, src) for lab, src in SOLUTIONS if lab in REFERENCE]
 
 
 def test_registry_matches_the_chapters():
-    assert set(REFERENCE) == _labels_of("copyhead") == set(WRONG)
+    assert set(REFERENCE) == part_labels("copyhead") == set(WRONG)
     assert sorted({lab for lab, _ in COPYHEAD_SOLUTIONS}) == sorted(REFERENCE)
 
 
