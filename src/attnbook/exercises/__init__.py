@@ -14,15 +14,18 @@ In a chapter (and in its student notebook) an exercise ends with::
 
     exercises.check("ex-l2-weights", l2_weights)
 
-One module per part registers its checkers when imported: :mod:`.foundations` now; a part
-adds ``focus.py``, ``copyhead.py`` or ``pde.py`` with :func:`~attnbook.exercises.core.checker`
+One module per part registers its checkers when imported: :mod:`.foundations` and
+:mod:`.pde` now; a part adds ``focus.py`` or ``copyhead.py`` with :func:`~attnbook.exercises.core.checker`
 decorators and imports it below.
 """
 
 from __future__ import annotations
 
 # one module per part: importing it registers its checkers
-from . import foundations  # noqa: E402,F401  (registers)
+from . import (
+    foundations,  # noqa: E402,F401  (registers)
+    pde,  # noqa: E402,F401  (registers)
+)
 from .core import CHECKERS, checker
 
 __all__ = ["CHECKERS", "check", "checker", "labels"]
