@@ -471,6 +471,7 @@ def check_blowup_direction(fn) -> None:
             expected,
             on=on,
             hint=hint,
+            shape_hint="return the d × d matrix Σ/tr Σ (u uᵀ/|u|²), not the vector u",
             what="the direction",
             rtol=1e-6,
             atol=1e-8,
