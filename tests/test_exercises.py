@@ -16,8 +16,10 @@ import scipy.stats
 import torch
 
 from attnbook import attention as att
-from attnbook import exercises
+from attnbook import exercises, pde
 from attnbook.claims import student_t_interval
+from attnbook.linalg import psd_sqrt
+from attnbook.pde import closed_forms as cf
 from tools import colab
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +106,16 @@ SOLUTIONS = solution_cells(set(REFERENCE))
 
 def _namespace():
     """What a chapter's set-up cell has imported when a solution cell runs."""
-    return {"torch": torch, "math": math, "scipy": scipy, "att": att, "np": np}
+    return {
+        "torch": torch,
+        "math": math,
+        "scipy": scipy,
+        "att": att,
+        "np": np,
+        "pde": pde,
+        "cf": cf,
+        "psd_sqrt": psd_sqrt,
+    }
 
 
 def checkers_of(module: str) -> set:
