@@ -169,17 +169,9 @@ def _view(
     t, cov, fate, summary, start, *, blowup_time=None, growth_rate=None, n_decaying=0
 ):
     cov = np.asarray(cov, dtype=float)
-    return GaussianView(
-        t=np.asarray(t, dtype=float),
-        cov=cov,
-        eigenvalues=np.linalg.eigvalsh(cov) if len(cov) else np.zeros((0, 2)),
-        fate=fate,
-        summary=summary,
-        blowup_time=blowup_time,
-        growth_rate=growth_rate,
-        n_decaying=n_decaying,
-        wall_s=time.perf_counter() - start,
-    )
+    eig = np.linalg.eigvalsh(cov) if len(cov) else np.zeros((0, 2))
+    numbers = (blowup_time, growth_rate, n_decaying, time.perf_counter() - start)
+    return GaussianView(np.asarray(t, dtype=float), cov, eig, fate, summary, *numbers)
 
 
 def draw_gaussian_view(
