@@ -1,18 +1,25 @@
 """The exercise checkers (attnbook.exercises): every reference solution of the book and the
 package's reference implementation pass; wrong answers, None, stubs and wrong types fail with
-a message that names the exercise, the input and a hint."""
+a message that names the exercise, the input and a hint.
+
+The helpers (``solution_cells``, ``check_*``, ``BAD_ANSWERS``) are shared with the other parts'
+exercise tests (``tests/test_exercises_pde.py``), which ``import test_exercises``.
+"""
 
 import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import scipy.stats
 import torch
 
 from attnbook import attention as att
-from attnbook import exercises
+from attnbook import exercises, pde
 from attnbook.claims import student_t_interval
+from attnbook.linalg import psd_sqrt
+from attnbook.pde import closed_forms as cf
 from tools import colab
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,8 +83,11 @@ def _exercise_labels():
     return out
 
 
-def _solution_cells():
-    """(label, source) of every code cell of a solution that holds ``# BEGIN SOLUTION``."""
+def solution_cells(labels=None):
+    """(label, source) of every code cell of a solution that holds ``# BEGIN SOLUTION``.
+
+    ``labels``: keep only those exercises (default: every one of the book).
+    """
     out = []
     for md in sorted((ROOT / "book").rglob("*.md")):
         text = md.read_text(encoding="utf-8")
@@ -86,51 +96,51 @@ def _solution_cells():
             for cell in re.findall(
                 r"```\{code-cell\} ipython3\n(.*?)\n```", body, re.S
             ):
-                if colab.BEGIN_SOLUTION in cell:
+                if colab.BEGIN_SOLUTION in cell and (labels is None or label in labels):
                     out.append((label, cell))
     return out
 
 
-SOLUTIONS = _solution_cells()
+SOLUTIONS = solution_cells(set(REFERENCE))
 
 
 def _namespace():
-    return {"torch": torch, "math": math, "scipy": scipy, "att": att}
+    """What a chapter's set-up cell has imported when a solution cell runs."""
+    return {
+        "torch": torch,
+        "math": math,
+        "scipy": scipy,
+        "att": att,
+        "np": np,
+        "pde": pde,
+        "cf": cf,
+        "psd_sqrt": psd_sqrt,
+    }
 
 
 def part_labels(module: str) -> set:
-    """Labels of the checkers registered by ``attnbook.exercises.<module>`` (one part)."""
+    """Labels of the checkers registered by ``attnbook.exercises.<module>``."""
     name = f"attnbook.exercises.{module}"
     return {label for label, fn in exercises.CHECKERS.items() if fn.__module__ == name}
 
 
-def test_registry_matches_the_book():
-    labels = _exercise_labels()
-    assert set(REFERENCE) == part_labels("foundations") == set(WRONG)
-    assert set(exercises.CHECKERS) <= set(labels), "a checker without an exercise"
-    assert sorted({label for label, _ in SOLUTIONS}) == exercises.labels()
-    assert exercises.labels() == sorted(exercises.CHECKERS)
-
-
-@pytest.mark.parametrize("label", sorted(REFERENCE))
-def test_reference_implementation_passes(label, capsys):
-    exercises.check(label, REFERENCE[label])
+def check_reference(label, answer, capsys):
+    """The package's implementation passes with one success line."""
+    exercises.check(label, answer)
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith("✔") and label in out
 
 
-@pytest.mark.parametrize("label,source", SOLUTIONS, ids=[s[0] for s in SOLUTIONS])
-def test_reference_solution_of_the_book_passes_and_ends_with_its_checker(
-    label, source, capsys
-):
+def check_solution(label, source, capsys):
+    """The book's solution cell ends with its checker and passes it."""
     last = source.strip().splitlines()[-1]
     assert re.fullmatch(rf'exercises\.check\("{re.escape(label)}", \w+\)', last), last
     exec(compile(source, label, "exec"), _namespace())
     assert capsys.readouterr().out.startswith(f"✔ {label}")
 
 
-@pytest.mark.parametrize("label,source", SOLUTIONS, ids=[s[0] for s in SOLUTIONS])
-def test_the_stub_of_the_student_notebook_fails_helpfully(label, source):
+def check_stub(label, source):
+    """The student notebook's stub of the cell fails with "not written yet" and a hint."""
     stub = colab.stub_source(source)
     assert colab.BEGIN_SOLUTION not in stub and "NotImplementedError" in stub
     with pytest.raises(AssertionError, match=rf"^{label}: .*not written yet") as err:
@@ -138,17 +148,56 @@ def test_the_stub_of_the_student_notebook_fails_helpfully(label, source):
     assert "hint:" in str(err.value)
 
 
-def _cases():
-    return [(label, fn, frag) for label, rows in WRONG.items() for fn, frag in rows]
-
-
-@pytest.mark.parametrize("label,fn,fragment", _cases())
-def test_wrong_answers_fail_with_what_where_and_a_hint(label, fn, fragment):
+def check_wrong(label, fn, fragment):
+    """A wrong answer fails with the label, the input, a hint and ``fragment``."""
     with pytest.raises(AssertionError) as err:
         exercises.check(label, fn)
     msg = str(err.value)
     assert msg.startswith(f"{label}: ") and fragment in msg, msg
     assert "on input:" in msg and "hint:" in msg, msg
+
+
+def check_bad_answer(label, answer, fragment):
+    """None, a stub or a wrong type fails with the label, ``fragment`` and a hint."""
+    with pytest.raises(AssertionError) as err:
+        exercises.check(label, answer)
+    msg = str(err.value)
+    assert msg.startswith(f"{label}: ") and fragment in msg and "hint:" in msg, msg
+    assert err.value.__cause__ is None or "raised" in msg
+
+
+def wrong_cases(wrong: dict) -> list:
+    return [(label, fn, frag) for label, rows in wrong.items() for fn, frag in rows]
+
+
+def test_registry_matches_the_book():
+    labels = _exercise_labels()
+    assert set(REFERENCE) == part_labels("foundations") == set(WRONG)
+    assert set(exercises.CHECKERS) <= set(labels), "a checker without an exercise"
+    assert sorted({label for label, _ in solution_cells()}) == exercises.labels()
+    assert exercises.labels() == sorted(exercises.CHECKERS)
+
+
+@pytest.mark.parametrize("label", sorted(REFERENCE))
+def test_reference_implementation_passes(label, capsys):
+    check_reference(label, REFERENCE[label], capsys)
+
+
+@pytest.mark.parametrize("label,source", SOLUTIONS, ids=[s[0] for s in SOLUTIONS])
+def test_reference_solution_of_the_book_passes_and_ends_with_its_checker(
+    label, source, capsys
+):
+    check_solution(label, source, capsys)
+
+
+@pytest.mark.parametrize("label,source", SOLUTIONS, ids=[s[0] for s in SOLUTIONS])
+def test_the_stub_of_the_student_notebook_fails_helpfully(label, source):
+    check_stub(label, source)
+
+
+@pytest.mark.parametrize("label,fn,fragment", wrong_cases(WRONG))
+def test_wrong_answers_fail_with_what_where_and_a_hint(label, fn, fragment):
+    check_wrong(label, fn, fragment)
 
 
 def _stub_raise(*args):
@@ -164,28 +213,25 @@ def _stub_ellipsis(*args):
     ...
 
 
-@pytest.mark.parametrize("label", sorted(exercises.CHECKERS))
-@pytest.mark.parametrize(
-    "answer,fragment",
-    [
-        (None, "got None"),
-        (..., "not written yet"),
-        (3, "got int"),
-        ("l2_weights", "got str"),
-        (torch.zeros(3), "got Tensor"),
-        (_stub_raise, "not written yet"),
-        (_stub_pass, "not written yet"),
-        (_stub_ellipsis, "not written yet"),
-        (lambda *args: None, "returned None"),
-        (lambda *args: 1 / 0, "raised ZeroDivisionError"),
-    ],
-)
+#: answers every checker must refuse helpfully, with a fragment of the message
+BAD_ANSWERS = [
+    (None, "got None"),
+    (..., "not written yet"),
+    (3, "got int"),
+    ("l2_weights", "got str"),
+    (torch.zeros(3), "got Tensor"),
+    (_stub_raise, "not written yet"),
+    (_stub_pass, "not written yet"),
+    (_stub_ellipsis, "not written yet"),
+    (lambda *args: None, "returned None"),
+    (lambda *args: 1 / 0, "raised ZeroDivisionError"),
+]
+
+
+@pytest.mark.parametrize("label", sorted(REFERENCE))
+@pytest.mark.parametrize("answer,fragment", BAD_ANSWERS)
 def test_none_stubs_and_wrong_types_get_the_helpful_message(label, answer, fragment):
-    with pytest.raises(AssertionError) as err:
-        exercises.check(label, answer)
-    msg = str(err.value)
-    assert msg.startswith(f"{label}: ") and fragment in msg and "hint:" in msg, msg
-    assert err.value.__cause__ is None or "raised" in msg
+    check_bad_answer(label, answer, fragment)
 
 
 def test_check_of_an_unknown_label_lists_the_known_ones():

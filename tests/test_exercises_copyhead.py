@@ -13,10 +13,10 @@ import pytest
 import torch
 from test_exercises import (
     ROOT,
-    SOLUTIONS,
     _namespace,
     _stub_raise,
     part_labels,
+    solution_cells,
 )
 from test_exercises import (
     test_wrong_answers_fail_with_what_where_and_a_hint as _fails_with_what_where_and_a_hint,
@@ -189,7 +189,7 @@ WRONG = {
     ],
 }
 
-COPYHEAD_SOLUTIONS = [(lab, src) for lab, src in SOLUTIONS if lab in REFERENCE]
+COPYHEAD_SOLUTIONS = [(lab, src) for lab, src in solution_cells(set(REFERENCE))]
 
 
 def test_registry_matches_the_chapters():

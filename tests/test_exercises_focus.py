@@ -14,8 +14,8 @@ from test_exercises import (
     ROOT,
     _exercise_labels,
     _namespace,
-    _solution_cells,
     part_labels,
+    solution_cells,
 )
 
 from attnbook import exercises, markov
@@ -25,7 +25,7 @@ from tools import colab
 
 FOCUS = ROOT / "book" / "focus"
 SOLUTIONS = [
-    (label, src) for label, src in _solution_cells() if label in part_labels("focus")
+    (label, src) for label, src in solution_cells() if label in part_labels("focus")
 ]
 
 
