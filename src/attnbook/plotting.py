@@ -20,7 +20,19 @@ __all__ = [
     "matrix_panels",
     "annotate_value",
     "entropy_curves",
+    "PAGE_WIDTH_IN",
+    "MIN_FONT_PT",
+    "panel_columns",
+    "effective_font_size",
+    "check_legible",
 ]
+
+#: Width (inches) at which a figure is shown in the book's text column and in the PDF. A wider
+#: figure is scaled down to it, and its fonts with it.
+PAGE_WIDTH_IN = 7.5
+
+#: The smallest font size (points, as printed at page width) we accept in a figure.
+MIN_FONT_PT = 7.5
 
 #: One colour per attention kind, the same in every chapter.
 KIND_COLORS = {
@@ -90,12 +102,13 @@ def matrix_panels(
 ):
     """Draw several matrices side by side as heat maps (rows = queries, columns = keys).
 
-    ``matrices`` maps a panel title to a 2-D array or tensor. Returns ``(fig, axes)``.
+    ``matrices`` maps a panel title to a 2-D array or tensor. By default the panels wrap into
+    as many rows as keep the figure within :data:`PAGE_WIDTH_IN`. Returns ``(fig, axes)``.
     """
     if not matrices:
         raise ValueError("matrices must hold at least one matrix")
     n = len(matrices)
-    ncols = n if ncols is None else ncols
+    ncols = panel_columns(n, panel_size) if ncols is None else ncols
     nrows = -(-n // ncols)
     fig, axes = plt.subplots(
         nrows,
@@ -171,3 +184,56 @@ def entropy_curves(
     ax.set(xlabel="inverse temperature β", ylabel="mean row entropy (nats)")
     ax.legend()
     return fig, ax
+
+
+def panel_columns(
+    n_panels: int, panel_width: float, *, width: float = PAGE_WIDTH_IN
+) -> int:
+    """How many panels of ``panel_width`` inches fit side by side in ``width`` inches (≥ 1).
+
+    Multi-panel figures wrap into rows rather than grow past the page: a figure wider than the
+    page is scaled down when shown, and its 10-point labels with it.
+    """
+    if not isinstance(n_panels, int) or isinstance(n_panels, bool) or n_panels < 1:
+        raise ValueError(f"n_panels must be a positive integer, got {n_panels!r}")
+    if not panel_width > 0:
+        raise ValueError(f"panel_width must be positive, got {panel_width!r}")
+    return max(1, min(n_panels, int((width - 0.6) // panel_width)))
+
+
+def effective_font_size(fig, *, width: float = PAGE_WIDTH_IN) -> float:
+    """The smallest visible text of ``fig`` in points once the figure is shown ``width`` wide.
+
+    A figure wider than ``width`` is scaled down by ``width / figure width``; a narrower one is
+    shown at its own size. Tick labels, titles, legends and annotations all count.
+    """
+    if not hasattr(fig, "get_size_inches"):
+        raise TypeError(f"fig must be a Matplotlib Figure, got {type(fig).__name__}")
+    if not width > 0:
+        raise ValueError(f"width must be positive, got {width!r}")
+    fig.canvas.draw()  # tick labels exist only once drawn
+    sizes = [
+        t.get_fontsize()
+        for t in fig.findobj(mpl.text.Text)
+        if t.get_visible() and t.get_text().strip()
+    ]
+    if not sizes:
+        return float("inf")
+    scale = min(1.0, width / fig.get_size_inches()[0])
+    return float(min(sizes) * scale)
+
+
+def check_legible(fig, *, width: float = PAGE_WIDTH_IN, min_pt: float = MIN_FONT_PT):
+    """Raise ``ValueError`` when the smallest text of ``fig`` prints below ``min_pt`` points.
+
+    Returns the effective size (see :func:`effective_font_size`) when it is legible.
+    """
+    size = effective_font_size(fig, width=width)
+    if size < min_pt:
+        w, h = fig.get_size_inches()
+        raise ValueError(
+            f"figure of {w:.1f} × {h:.1f} in prints its smallest text at {size:.1f} pt at a "
+            f"page width of {width} in (minimum {min_pt} pt): wrap the panels into rows "
+            "(plotting.panel_columns) or enlarge the fonts"
+        )
+    return size
