@@ -207,3 +207,22 @@ def test_bibliography_has_full_names_and_author_year_labels():
     assert labels["welling2011sgld"] == "Welling and Teh, 2011"
     assert labels["olsson2022induction"] == "Olsson et al., 2022"
     assert len(set(labels.values())) == len(labels)
+
+
+def _code_cells():
+    import jupytext
+
+    for md in build_tools.notebook_chapters(ROOT):
+        for i, cell in enumerate(jupytext.read(md).cells):
+            if cell.cell_type == "code":
+                yield md, i, cell.source
+
+
+def test_code_cells_are_short():
+    """QuantEcon's rule: a code cell shows one step, in at most 25 non-blank lines."""
+    long = [
+        f"{md.relative_to(ROOT)} cell {i}: {n} lines"
+        for md, i, src in _code_cells()
+        if (n := sum(1 for line in src.splitlines() if line.strip())) > 25
+    ]
+    assert not long, "\n".join(long)

@@ -54,7 +54,7 @@ def attention_explorer(tokens=None, *, n: int = 12, seed: int = 0):
             b = beta.value
             q = x * (b**0.5)
             P = attention_weights(q, q, kind=kind.value, causal=causal.value)
-            fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(8, 3.4))
+            fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(7.5, 3.4))
             ax0.scatter(*to_numpy(x).T, c=range(len(x)), cmap="coolwarm")
             for i, (a, c) in enumerate(to_numpy(x)):
                 ax0.annotate(str(i), (a, c), fontsize=7)
