@@ -576,6 +576,7 @@ def sample_gaussian(
     *,
     seed=None,
     exact_moments: bool = False,
+    symmetric: bool = False,
     batch: tuple[int, ...] = (),
     dtype=torch.float64,
     device=None,
@@ -585,6 +586,10 @@ def sample_gaussian(
     ``exact_moments=True`` recentres and rewhitens each cloud so that its empirical mean and
     (1/n-normalised) covariance equal ``mean`` and ``cov`` exactly — a particle approximation
     whose first two moments carry no sampling error (only higher moments fluctuate).
+    ``symmetric=True`` draws ``n/2`` points and adds their mirror images through the mean
+    (``n`` even): every odd central moment of the cloud is then exactly zero, and dynamics that
+    commute with :math:`x \mapsto 2\alpha - x` keep the cloud's mean exactly where the
+    Gaussian's is.
     ``seed``: an int or a ``torch.Generator`` (``None``: torch's global generator). Draws are
     made on the CPU (the same numbers everywhere), then moved to ``device``.
     """
@@ -601,12 +606,20 @@ def sample_gaussian(
     evals, evecs = torch.linalg.eigh(check_psd(C, "cov"))
     root = evecs * evals.clamp_min(0).sqrt()  # root @ root.T = C
     # seed convention: None -> torch's global generator (seeded by setup_chapter), never 0
+    if not isinstance(symmetric, bool):
+        raise TypeError(f"symmetric must be a bool, got {type(symmetric).__name__}")
+    if symmetric and n % 2:
+        raise ValueError(f"symmetric needs an even n, got n = {n}")
     gen = (
         seed
         if seed is None or isinstance(seed, torch.Generator)
         else resolve_generator(seed)
     )
-    z = torch.randn(*batch, n, d, generator=gen, dtype=dtype)
+    if symmetric:
+        half = torch.randn(*batch, n // 2, d, generator=gen, dtype=dtype)
+        z = torch.cat([half, -half], dim=-2)
+    else:
+        z = torch.randn(*batch, n, d, generator=gen, dtype=dtype)
     if exact_moments:
         if n <= d:
             raise ValueError(f"exact_moments needs n > d, got n = {n}, d = {d}")
