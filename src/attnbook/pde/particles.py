@@ -344,11 +344,14 @@ def interaction_matrices(
     sinkhorn_tol: float = 1e-10,
     n_sinkhorn_iters: int = 2000,
     uniform: bool = True,
+    sinkhorn_state: dict | None = None,
 ) -> torch.Tensor:
     """The matrices :math:`P^h_{ij}` (see :func:`attention_matrix`) on checked inputs.
 
     ``X, p, w`` as in :class:`LayerInputs` (no validation here: the inner loop of
     solvers and Jacobians). ``uniform``: the masses are all equal (skips the log-mass bias).
+    ``sinkhorn_state``: a dict that carries Sinkhorn's column potentials from one call to the
+    next (a warm start between the stages and steps of an integrator); ``None``: cold start.
     """
     sink_tol, sink_iter = sinkhorn_tol, n_sinkhorn_iters
     n = X.shape[-2]
@@ -358,7 +361,22 @@ def interaction_matrices(
     )
     if p.kind == "sinkhorn":
         # the plan from μ to itself, each token carrying its mass w_i (attention.sinkhorn)
-        return sinkhorn(L, log_marginal=w.log(), n_iters=sink_iter, tol=sink_tol).plan
+        init = None
+        if sinkhorn_state is not None:
+            init = sinkhorn_state.get("log_v")
+            if init is not None and init.shape != L.shape[:-2] + L.shape[-1:]:
+                init = None
+        res = sinkhorn(
+            L,
+            log_marginal=w.log(),
+            n_iters=sink_iter,
+            tol=sink_tol,
+            init_log_v=init,
+            check_every=_SINKHORN_CHECK_EVERY,
+        )
+        if sinkhorn_state is not None:
+            sinkhorn_state["log_v"] = res.log_v
+        return res.plan
     if p.kind in ("softmax", "l2"):
         if not uniform:
             L = L + w.log()
@@ -369,7 +387,26 @@ def interaction_matrices(
     return P if mask is None else P.masked_fill(~mask, 0.0)
 
 
-def _field(X, p, w, causal, bias, sink_tol, sink_iter, sphere, uniform) -> torch.Tensor:
+_SINKHORN_CHECK_EVERY = 4  # iterations between convergence tests (host syncs)
+
+
+def _row_budget(X: torch.Tensor) -> int:
+    """Entries of the n x n score matrix held at once: cache-sized on a CPU, large on a GPU."""
+    return (1 << 27) if X.device.type == "cuda" else (1 << 21)
+
+
+def _exp_(L: torch.Tensor) -> torch.Tensor:
+    """``L.exp_()``; on a CPU through NumPy's vectorised exp, 2-3x faster than torch's in float64."""
+    if L.device.type == "cpu" and not L.requires_grad and L.is_contiguous():
+        a = L.numpy()
+        np.exp(a, out=a)
+        return L
+    return L.exp_()
+
+
+def _field(
+    X, p, w, causal, bias, sink_tol, sink_iter, sphere, uniform, state=None
+) -> torch.Tensor:
     """The velocity of every token; the unmasked softmax/ℓ² path avoids forming P (2x faster)."""
     XV = X.unsqueeze(-3) @ p.V.mT  # (..., H, n, d): V_h x_j
     if p.kind in ("softmax", "l2") and not causal:
@@ -386,14 +423,16 @@ def _field(X, p, w, causal, bias, sink_tol, sink_iter, sphere, uniform) -> torch
         if not uniform:
             bias_j = w.log() if bias_j is None else bias_j + w.log()
         n = X.shape[-2]
-        rows = max(1, (1 << 21) // max(1, n * p.heads * max(1, X[..., 0, 0].numel())))
+        rows = max(
+            1, _row_budget(X) // max(1, n * p.heads * max(1, X[..., 0, 0].numel()))
+        )
         parts = []
         for r0 in range(0, n, rows):
             L = AX[..., r0 : r0 + rows, :] @ Xh.mT  # (..., H, rows, n)
             if bias_j is not None:
                 L += bias_j
             L -= L.amax(-1, keepdim=True)  # stable exponentials
-            E = L.exp_()
+            E = _exp_(L)
             parts.append((E @ XV) / E.sum(-1, keepdim=True))
         out = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)).sum(-3)
     else:
@@ -406,6 +445,7 @@ def _field(X, p, w, causal, bias, sink_tol, sink_iter, sphere, uniform) -> torch
             sinkhorn_tol=sink_tol,
             n_sinkhorn_iters=sink_iter,
             uniform=uniform,
+            sinkhorn_state=state,
         )
         out = (P @ XV).sum(-3)  # sum_h P^h X V_h^T
     if sphere:
@@ -448,9 +488,10 @@ def _field_of(li: LayerInputs, sphere: bool, sinkhorn_tol, n_sinkhorn_iters):
     """The unchecked velocity ``X -> Γ(X)`` of a checked layer (the integrator's inner loop)."""
     tol, it = _sinkhorn_options(li.X.dtype, sinkhorn_tol, n_sinkhorn_iters)
     p, w, causal, bias, uniform = li.params, li.masses, li.causal, li.bias, li.uniform
+    state = {}  # Sinkhorn's potentials, carried from one evaluation to the next
 
     def field(X):
-        return _field(X, p, w, causal, bias, tol, it, sphere, uniform)
+        return _field(X, p, w, causal, bias, tol, it, sphere, uniform, state)
 
     return field
 
