@@ -400,3 +400,22 @@ def test_sinkhorn_newton_with_token_masses_and_float32():
     _is_scaling_of(pi, logk, w.numpy(), w.numpy(), atol=1e-12)
     r32 = att.sinkhorn(S.float(), tol=1e-5)
     assert r32.plan.dtype == torch.float32 and r32.converged
+
+
+def test_sinkhorn_warm_start_and_sparse_checks():
+    rng = np.random.default_rng(7)
+    L = torch.as_tensor(rng.normal(size=(3, 40, 40)))
+    lw = torch.full((40,), 1 / 40).log()
+    cold = att.sinkhorn(L, log_marginal=lw, tol=1e-11)
+    L2 = L + 1e-3 * torch.as_tensor(rng.normal(size=(3, 40, 40)))
+    ref = att.sinkhorn(L2, log_marginal=lw, tol=1e-11)
+    warm = att.sinkhorn(L2, log_marginal=lw, tol=1e-11, init_log_v=cold.log_v)
+    assert warm.converged and warm.iterations < ref.iterations
+    torch.testing.assert_close(warm.plan, ref.plan, rtol=0, atol=1e-10)
+    sparse = att.sinkhorn(L2, log_marginal=lw, tol=1e-11, check_every=5)
+    assert sparse.converged and sparse.iterations % 5 == 0
+    torch.testing.assert_close(sparse.plan, ref.plan, rtol=0, atol=1e-10)
+    with pytest.raises(ValueError, match="init_log_v"):
+        att.sinkhorn(L2, init_log_v=torch.zeros(3, 39))
+    with pytest.raises(ValueError, match="check_every"):
+        att.sinkhorn(L2, check_every=0)

@@ -9,6 +9,7 @@ from attnbook.pde import (
     coupling_distance,
     fit_rate,
     gelbrich_distance,
+    jackknife_slopes,
     one_sided_lipschitz,
     optimal_matching,
     particle_jacobian,
@@ -216,3 +217,20 @@ def test_sample_disk_and_two_sample_rates():
     W, G = two_sample_rates(2, [16, 64], n_seeds=3, T=0.5, seed=1)
     assert W.shape == G.shape == (2, 3) and np.all(W > 0) and np.all(G >= 0)
     assert W.mean(1)[1] < W.mean(1)[0]
+
+
+def test_jackknife_slopes_pseudovalues():
+    n = np.array([32.0, 64.0, 128.0, 256.0])
+    noise = np.exp(RNG.normal(scale=0.05, size=(len(n), 8)))
+    vals = 2.0 * n[:, None] ** -0.8 * noise
+    pseudo = jackknife_slopes(n, vals)
+    assert pseudo.shape == (8,)
+    assert pseudo.mean() == pytest.approx(-0.8, abs=0.05)
+    # exact power law: every leave-one-out fit is the same, so every pseudo-value is it
+    np.testing.assert_allclose(
+        jackknife_slopes(n, np.repeat(n[:, None] ** -0.5, 6, axis=1)), -0.5, rtol=1e-12
+    )
+    with pytest.raises(ValueError, match="at least 5 seeds"):
+        jackknife_slopes(n, vals[:, :4])
+    with pytest.raises(ValueError, match="values"):
+        jackknife_slopes(n, vals[:, 0])

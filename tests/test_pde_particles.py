@@ -379,3 +379,21 @@ def test_trace_one_circle():
     assert np.all(np.linalg.eigvalsh(S) > 0)
     with pytest.raises(ValueError, match="radius"):
         trace_one_circle(4, 0.6)
+
+
+def test_sample_gaussian_symmetric_cloud():
+    m, S = np.array([0.5, -1.0]), np.array([[1.0, 0.3], [0.3, 0.6]])
+    x = sample_gaussian(
+        10, m, S, seed=3, symmetric=True, exact_moments=True, batch=(2,)
+    )
+    z = x - torch.as_tensor(m)
+    torch.testing.assert_close(z[:, 5:], -z[:, :5], rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        (z.mT @ z) / 10, torch.as_tensor(S).expand(2, 2, 2), rtol=0, atol=1e-12
+    )
+    y = sample_gaussian(6, m, S, seed=3, symmetric=True)
+    torch.testing.assert_close(y.mean(0), torch.as_tensor(m), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="even n"):
+        sample_gaussian(7, m, S, symmetric=True)
+    with pytest.raises(TypeError, match="symmetric"):
+        sample_gaussian(6, m, S, symmetric=1)

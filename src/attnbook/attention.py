@@ -199,6 +199,52 @@ def _newton_polish(M, f, g, log_r, log_c, n_steps: int, tol: float):
     return f, g, used
 
 
+def _sinkhorn_reductions(logk: torch.Tensor, row_lw):
+    r"""The two log-sum-exps of a Sinkhorn iteration, :math:`\log\sum_j e^{L_{ij} + g_j}` and
+    :math:`\log\sum_i e^{L_{ij} + f_i + b_i}` (``b`` = ``row_lw``), and the plan
+    :math:`e^{L_{ij} + f_i + g_j}`.
+
+    When every row of ``L`` spans less than a safe range (its potentials then span less too),
+    ``K = e^{L - \max_j L_{ij}}`` is formed once and each reduction is a matrix-vector product
+    with max-shifted exponentials of the potentials: no exponential over the n x m entries per
+    iteration. Otherwise, the plain log-domain reductions.
+    """
+    limit = 600.0 if logk.dtype == torch.float64 else 60.0
+    c = logk.amax(-1, keepdim=True)
+    spread = float((c - logk.amin(-1, keepdim=True)).max()) if logk.numel() else 0.0
+    if not 2 * spread < limit:
+
+        def row_log(g_):
+            return torch.logsumexp(logk + g_.unsqueeze(-2), dim=-1)
+
+        def col_log(f_):
+            return torch.logsumexp(logk + f_.unsqueeze(-1) + row_lw, dim=-2)
+
+        def plan_log(f_, g_):
+            return (logk + f_.unsqueeze(-1) + g_.unsqueeze(-2)).exp()
+
+        return row_log, col_log, plan_log
+    K = (logk - c).exp()
+    c = c.squeeze(-1)
+    b = row_lw.squeeze(-1) if isinstance(row_lw, torch.Tensor) else row_lw
+
+    def row_scaled(g_):
+        gm = g_.amax(-1, keepdim=True)
+        return c + gm + (K @ (g_ - gm).exp().unsqueeze(-1)).squeeze(-1).log()
+
+    def col_scaled(f_):
+        h = c + f_ + b
+        hm = h.amax(-1, keepdim=True)
+        return hm + ((h - hm).exp().unsqueeze(-2) @ K).squeeze(-2).log()
+
+    def plan_scaled(f_, g_):
+        # e^{L + f + g} = K e^{c + f + gm} e^{g - gm}: no second exponential over the entries
+        gm = g_.amax(-1, keepdim=True)
+        return K * (c + f_ + gm).exp().unsqueeze(-1) * (g_ - gm).exp().unsqueeze(-2)
+
+    return row_scaled, col_scaled, plan_scaled
+
+
 def sinkhorn(
     log_kernel,
     *,
@@ -207,6 +253,8 @@ def sinkhorn(
     tol: float = 1e-9,
     n_newton_iters: int = 30,
     on_nonconvergence: str = "warn",
+    init_log_v=None,
+    check_every: int = 1,
 ) -> SinkhornResult:
     r"""Scale a positive kernel :math:`K = e^{L}` (``log_kernel`` is :math:`L`) to a transport plan.
 
@@ -226,6 +274,12 @@ def sinkhorn(
     ``on_nonconvergence`` is ``"warn"`` (default, :class:`SinkhornWarning`), ``"raise"``
     (:class:`SinkhornNotConverged`) or ``"ignore"``; a non-finite error always raises. The
     result says whether it converged and how many iterations of each kind it used.
+
+    ``init_log_v``: starting column potentials ``(..., m)`` (default zeros), e.g. the
+    ``log_v`` of a previous solve on a nearby kernel (a warm start: an ODE solver calls
+    Sinkhorn on slowly moving tokens). ``check_every``: test convergence every this many
+    iterations (each test is one device-to-host synchronisation; the potentials are updated at
+    every iteration either way).
     """
     logk = check_finite(
         check_ndim(as_tensor(log_kernel, "log_kernel"), "log_kernel", 2, at_least=True),
@@ -234,6 +288,7 @@ def sinkhorn(
     n_iters = check_positive_int(n_iters, "n_iters")
     n_newton_iters = check_positive_int(n_newton_iters, "n_newton_iters", minimum=0)
     tol = check_positive(tol, "tol")
+    check_every = check_positive_int(check_every, "check_every")
     check_choice(on_nonconvergence, "on_nonconvergence", ("warn", "raise", "ignore"))
     n, m = logk.shape[-2], logk.shape[-1]
     if log_marginal is None:
@@ -254,26 +309,48 @@ def sinkhorn(
         logk = logk + lw.unsqueeze(-2)  # the column masses w_j are part of the plan
         row_lw, target = lw.unsqueeze(-1), lw
 
-    def column_error(f_, g_):
-        # log of the (weighted) column sums of the row-normalised plan, and their error
-        col_ = torch.logsumexp(logk + f_.unsqueeze(-1) + row_lw, dim=-2) + g_
+    row_lse, col_lse, plan_of = _sinkhorn_reductions(logk, row_lw)
+
+    def column_sums(f_, g_):
+        # log of the (weighted) column sums of the row-normalised plan
+        return col_lse(f_) + g_
+
+    def error_of(col_):
         if log_marginal is None:
-            return col_, float((col_.exp() - n / m).abs().max())
-        return col_, float((col_ - target).exp().sub(1).abs().max())
+            return float((col_.exp() - n / m).abs().max())
+        return float((col_ - target).exp().sub(1).abs().max())
+
+    def column_error(f_, g_):
+        col_ = column_sums(f_, g_)
+        return col_, error_of(col_)
 
     f = torch.zeros(logk.shape[:-1], dtype=logk.dtype, device=logk.device)
-    g = torch.zeros(logk.shape[:-2] + (m,), dtype=logk.dtype, device=logk.device)
+    g_shape = logk.shape[:-2] + (m,)
+    if init_log_v is None:
+        g = torch.zeros(g_shape, dtype=logk.dtype, device=logk.device)
+    else:
+        g = check_finite(
+            as_tensor(init_log_v, "init_log_v", dtype=logk.dtype, device=logk.device),
+            "init_log_v",
+        )
+        if g.shape != g_shape:
+            raise ValueError(
+                f"init_log_v must have shape {tuple(g_shape)} (one potential per column), "
+                f"got {tuple(g.shape)}"
+            )
     err = float("inf")
     it = 0
     for it in range(1, n_iters + 1):  # noqa: B007 - `it` is reported after the loop
         # row step: log sum_j exp(logk + g_j) + f_i = 0  (this alone is softmax)
-        f = -torch.logsumexp(logk + g.unsqueeze(-2), dim=-1)
-        col, err = column_error(f, g)
-        if err <= tol:
-            break
+        f = -row_lse(g)
+        col = column_sums(f, g)
+        if it % check_every == 0 or it == n_iters:
+            err = error_of(col)  # one host sync
+            if err <= tol:
+                break
         g = g + target - col
     else:
-        f = -torch.logsumexp(logk + g.unsqueeze(-2), dim=-1)
+        f = -row_lse(g)
     newton = 0
     if err > tol and n_newton_iters > 0 and math.isfinite(err):
         # the plan pi = exp(M + f + g) with row sums r and column sums c (see the docstring)
@@ -283,11 +360,11 @@ def sinkhorn(
         _, g_try, newton = _newton_polish(
             M, f, g, log_r, log_c, n_newton_iters, tol * 1e-3
         )
-        f_try = -torch.logsumexp(logk + g_try.unsqueeze(-2), dim=-1)
+        f_try = -row_lse(g_try)
         _, err_try = column_error(f_try, g_try)
         if err_try < err:
             f, g, err = f_try, g_try, err_try
-    plan = (logk + f.unsqueeze(-1) + g.unsqueeze(-2)).exp()
+    plan = plan_of(f, g)
     converged = err <= tol
     if not converged:
         msg = (

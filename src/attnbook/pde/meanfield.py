@@ -186,6 +186,27 @@ def fit_rate(n, values) -> RateFit:
     return RateFit(float(slope), float(np.exp(icpt)), stderr, N, Y)
 
 
+def jackknife_slopes(n, values) -> np.ndarray:
+    r"""Jackknife pseudo-values, one per seed, of the exponent that :func:`fit_rate` fits.
+
+    ``values``: ``(len(n), seeds)`` with at least 5 seeds (column ``s`` = seed ``s`` at every
+    size). The fitted exponent :math:`\hat\theta` is that of the seed-averaged values; leaving
+    seed ``s`` out gives :math:`\hat\theta_{-s}`, and the pseudo-values are
+    :math:`S\hat\theta - (S-1)\hat\theta_{-s}`. Their mean and Student-t interval are the
+    jackknife estimate of the exponent and its confidence interval (pass them as a claim's
+    ``samples``).
+    """
+    Y = _numpy(values, "values")
+    if Y.ndim != 2 or Y.shape[1] < 5:
+        raise ValueError(
+            f"values must be (len(n), seeds) with at least 5 seeds, got shape {Y.shape}"
+        )
+    S = Y.shape[1]
+    full = fit_rate(n, Y).slope
+    loo = np.array([fit_rate(n, np.delete(Y, s, axis=1)).slope for s in range(S)])
+    return S * full - (S - 1) * loo
+
+
 def particle_jacobian(x, *, kind: str = "softmax", **layer):
     r"""Jacobian of the particle velocity field :math:`X \mapsto (\Gamma_{\mu_X}(x_i))_i`.
 

@@ -344,11 +344,14 @@ def interaction_matrices(
     sinkhorn_tol: float = 1e-10,
     n_sinkhorn_iters: int = 2000,
     uniform: bool = True,
+    sinkhorn_state: dict | None = None,
 ) -> torch.Tensor:
     """The matrices :math:`P^h_{ij}` (see :func:`attention_matrix`) on checked inputs.
 
     ``X, p, w`` as in :class:`LayerInputs` (no validation here: the inner loop of
     solvers and Jacobians). ``uniform``: the masses are all equal (skips the log-mass bias).
+    ``sinkhorn_state``: a dict that carries Sinkhorn's column potentials from one call to the
+    next (a warm start between the stages and steps of an integrator); ``None``: cold start.
     """
     sink_tol, sink_iter = sinkhorn_tol, n_sinkhorn_iters
     n = X.shape[-2]
@@ -358,7 +361,22 @@ def interaction_matrices(
     )
     if p.kind == "sinkhorn":
         # the plan from μ to itself, each token carrying its mass w_i (attention.sinkhorn)
-        return sinkhorn(L, log_marginal=w.log(), n_iters=sink_iter, tol=sink_tol).plan
+        init = None
+        if sinkhorn_state is not None:
+            init = sinkhorn_state.get("log_v")
+            if init is not None and init.shape != L.shape[:-2] + L.shape[-1:]:
+                init = None
+        res = sinkhorn(
+            L,
+            log_marginal=w.log(),
+            n_iters=sink_iter,
+            tol=sink_tol,
+            init_log_v=init,
+            check_every=_SINKHORN_CHECK_EVERY,
+        )
+        if sinkhorn_state is not None:
+            sinkhorn_state["log_v"] = res.log_v
+        return res.plan
     if p.kind in ("softmax", "l2"):
         if not uniform:
             L = L + w.log()
@@ -369,34 +387,77 @@ def interaction_matrices(
     return P if mask is None else P.masked_fill(~mask, 0.0)
 
 
-def _field(X, p, w, causal, bias, sink_tol, sink_iter, sphere, uniform) -> torch.Tensor:
-    """The velocity of every token; the unmasked softmax/ℓ² path avoids forming P (2x faster)."""
-    XV = X.unsqueeze(-3) @ p.V.mT  # (..., H, n, d): V_h x_j
-    if p.kind in ("softmax", "l2") and not causal:
-        # Rows of P in blocks of ~2^21 entries: the n x n matrix is never held at once, so large
-        # n stays in cache instead of allocating (and page-faulting) a fresh n x n buffer per call.
-        Xh = X.unsqueeze(-3)
-        AX = Xh @ p.A.mT  # rows A_h x_i (ℓ²: K^T Q x_i)
-        bias_j = None
-        if p.kind == "l2":
-            bias_j = (
-                -((Xh @ p.G) * Xh).sum(-1).unsqueeze(-2)
-            )  # -|K x_j|^2, (..., H, 1, n)
-            AX = 2 * AX
-        if not uniform:
-            bias_j = w.log() if bias_j is None else bias_j + w.log()
-        n = X.shape[-2]
-        rows = max(1, (1 << 21) // max(1, n * p.heads * max(1, X[..., 0, 0].numel())))
-        parts = []
-        for r0 in range(0, n, rows):
-            L = AX[..., r0 : r0 + rows, :] @ Xh.mT  # (..., H, rows, n)
-            if bias_j is not None:
-                L += bias_j
+_SINKHORN_CHECK_EVERY = 4  # iterations between convergence tests (host syncs)
+
+
+def _row_budget(X: torch.Tensor) -> int:
+    """Entries of the n x n score matrix held at once: cache-sized on a CPU, large on a GPU."""
+    return (1 << 27) if X.device.type == "cuda" else (1 << 21)
+
+
+def _exp_(L: torch.Tensor) -> torch.Tensor:
+    """``L.exp_()``; on a CPU through NumPy's vectorised exp, 2-3x faster than torch's in float64."""
+    if L.device.type == "cpu" and not L.requires_grad and L.is_contiguous():
+        a = L.numpy()
+        np.exp(a, out=a)
+        return L
+    return L.exp_()
+
+
+def _softmax_field(X, p, w, uniform) -> torch.Tensor:
+    """Unmasked softmax / ℓ² velocity without forming P: rows in blocks, one product per block.
+
+    Rows of P in blocks of a device-sized number of entries (:func:`_row_budget`): on a CPU the
+    n x n matrix is never held at once, so large n stays in cache. A single head works on
+    ``(..., n, d)`` (plain matrix products, no head axis); the row sums come out of the same
+    product as the numerators (a column of ones appended to the values).
+    """
+    n, d = X.shape[-2], X.shape[-1]
+    single = p.heads == 1
+    Xh = X if single else X.unsqueeze(-3)
+    A, V = (p.A[0], p.V[0]) if single else (p.A, p.V)
+    AX = Xh @ A.mT  # rows A_h x_i (ℓ²: K^T Q x_i)
+    XV = Xh @ V.mT  # V_h x_j
+    XV1 = torch.cat(
+        [XV, torch.ones_like(XV[..., :1])], dim=-1
+    )  # values and a ones column
+    bias_j = None
+    if p.kind == "l2":
+        G = p.G[0] if single else p.G
+        bias_j = -((Xh @ G) * Xh).sum(-1).unsqueeze(-2)  # -|K x_j|^2, (..., [H,] 1, n)
+        AX = 2 * AX
+    if not uniform:
+        bias_j = w.log() if bias_j is None else bias_j + w.log()
+    rows = max(1, _row_budget(X) // max(1, n * p.heads * max(1, X[..., 0, 0].numel())))
+    # |L_ij| <= |AX_i| |x_j| + |bias_j|: when that bound is far from exp's overflow and
+    # underflow (checked once per call, on a CPU), the max-subtraction pass is not needed.
+    shift = True
+    if X.device.type == "cpu" and n * n >= (1 << 20):  # small n: the pass is cheap
+        bound = float(AX.norm(dim=-1).amax() * X.norm(dim=-1).amax())
+        if bias_j is not None:
+            bound += float(bias_j.abs().amax())
+        shift = not bound < (600.0 if X.dtype == torch.float64 else 60.0)
+    parts = []
+    for r0 in range(0, n, rows):
+        L = AX[..., r0 : r0 + rows, :] @ Xh.mT  # (..., [H,] rows, n)
+        if bias_j is not None:
+            L += bias_j
+        if shift:
             L -= L.amax(-1, keepdim=True)  # stable exponentials
-            E = L.exp_()
-            parts.append((E @ XV) / E.sum(-1, keepdim=True))
-        out = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)).sum(-3)
+        R = _exp_(L) @ XV1
+        parts.append(R[..., :d] / R[..., d:])
+    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)
+    return out if single else out.sum(-3)
+
+
+def _field(
+    X, p, w, causal, bias, sink_tol, sink_iter, sphere, uniform, state=None
+) -> torch.Tensor:
+    """The velocity of every token; the unmasked softmax/ℓ² path avoids forming P (2x faster)."""
+    if p.kind in ("softmax", "l2") and not causal:
+        out = _softmax_field(X, p, w, uniform)
     else:
+        XV = X.unsqueeze(-3) @ p.V.mT  # (..., H, n, d): V_h x_j
         P = interaction_matrices(
             X,
             p,
@@ -406,6 +467,7 @@ def _field(X, p, w, causal, bias, sink_tol, sink_iter, sphere, uniform) -> torch
             sinkhorn_tol=sink_tol,
             n_sinkhorn_iters=sink_iter,
             uniform=uniform,
+            sinkhorn_state=state,
         )
         out = (P @ XV).sum(-3)  # sum_h P^h X V_h^T
     if sphere:
@@ -448,9 +510,10 @@ def _field_of(li: LayerInputs, sphere: bool, sinkhorn_tol, n_sinkhorn_iters):
     """The unchecked velocity ``X -> Γ(X)`` of a checked layer (the integrator's inner loop)."""
     tol, it = _sinkhorn_options(li.X.dtype, sinkhorn_tol, n_sinkhorn_iters)
     p, w, causal, bias, uniform = li.params, li.masses, li.causal, li.bias, li.uniform
+    state = {}  # Sinkhorn's potentials, carried from one evaluation to the next
 
     def field(X):
-        return _field(X, p, w, causal, bias, tol, it, sphere, uniform)
+        return _field(X, p, w, causal, bias, tol, it, sphere, uniform, state)
 
     return field
 
@@ -576,6 +639,7 @@ def sample_gaussian(
     *,
     seed=None,
     exact_moments: bool = False,
+    symmetric: bool = False,
     batch: tuple[int, ...] = (),
     dtype=torch.float64,
     device=None,
@@ -585,6 +649,10 @@ def sample_gaussian(
     ``exact_moments=True`` recentres and rewhitens each cloud so that its empirical mean and
     (1/n-normalised) covariance equal ``mean`` and ``cov`` exactly — a particle approximation
     whose first two moments carry no sampling error (only higher moments fluctuate).
+    ``symmetric=True`` draws ``n/2`` points and adds their mirror images through the mean
+    (``n`` even): every odd central moment of the cloud is then exactly zero, and dynamics that
+    commute with :math:`x \mapsto 2\alpha - x` keep the cloud's mean exactly where the
+    Gaussian's is.
     ``seed``: an int or a ``torch.Generator`` (``None``: torch's global generator). Draws are
     made on the CPU (the same numbers everywhere), then moved to ``device``.
     """
@@ -601,12 +669,20 @@ def sample_gaussian(
     evals, evecs = torch.linalg.eigh(check_psd(C, "cov"))
     root = evecs * evals.clamp_min(0).sqrt()  # root @ root.T = C
     # seed convention: None -> torch's global generator (seeded by setup_chapter), never 0
+    if not isinstance(symmetric, bool):
+        raise TypeError(f"symmetric must be a bool, got {type(symmetric).__name__}")
+    if symmetric and n % 2:
+        raise ValueError(f"symmetric needs an even n, got n = {n}")
     gen = (
         seed
         if seed is None or isinstance(seed, torch.Generator)
         else resolve_generator(seed)
     )
-    z = torch.randn(*batch, n, d, generator=gen, dtype=dtype)
+    if symmetric:
+        half = torch.randn(*batch, n // 2, d, generator=gen, dtype=dtype)
+        z = torch.cat([half, -half], dim=-2)
+    else:
+        z = torch.randn(*batch, n, d, generator=gen, dtype=dtype)
     if exact_moments:
         if n <= d:
             raise ValueError(f"exact_moments needs n > d, got n = {n}, d = {d}")
