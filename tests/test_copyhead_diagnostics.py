@@ -49,7 +49,7 @@ def test_sgld_targets_shapes_and_halving_interface():
     with pytest.raises(ValueError, match="init"):
         D.sgld_targets(st, n_chains=3, n_steps=10, init=torch.zeros(2, 26))
     with pytest.raises(ValueError, match="n_chains"):
-        D.sgld_targets(st, n_chains=1, n_steps=10)
+        D.sgld_targets(st, n_chains=0, n_steps=10)
 
 
 def test_sgld_targets_softmax_hot_start():

@@ -163,7 +163,7 @@ def sgld_targets(
     directions' stationary width) unless ``init`` ``(n_chains · n_targets, d)`` is given."""
     kind = resolve_copy_kind(kind)
     stats = _check_stats(stats)
-    n_chains = check_positive_int(n_chains, "n_chains", minimum=2)
+    n_chains = check_positive_int(n_chains, "n_chains")
     n_t, L = stats.n_sequences.shape[0], stats.seq_len
     d = L * L + (kind == "linear")
     gen = as_generator(seed)
