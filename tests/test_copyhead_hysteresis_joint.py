@@ -71,3 +71,19 @@ def test_global_copy_order_from_the_archive():
     plots.matched_series(ax, {"a": (P, th, P, th)}, ylabel="c_G")
     assert len(ax.lines) == 2
     plt.close(fig)
+
+
+def test_softmax_barrier_and_scaling():
+    from attnbook.copyhead import scaling
+
+    b32 = scaling.softmax_barrier(seq_len=32, vocab_size=4)
+    assert 1.0 < b32 < 2.0  # about 1.4 units of action at P*
+    fss = scaling.softmax_scaling([32, 64], vocab_size=4)
+    assert np.isclose(fss.barrier[0], b32)
+    assert fss.barrier[1] > 5 * fss.barrier[0]
+    assert (fss.window_lo < fss.p_star).all() and (fss.p_star < fss.window_hi).all()
+    assert np.allclose(fss.window_over_L2, fss.window_hi / fss.seq_len**2)
+    with pytest.raises(ValueError, match="critical length"):
+        scaling.softmax_scaling([8, 32], vocab_size=4)
+    with pytest.raises(ValueError, match="minimum"):
+        scaling.softmax_barrier(seq_len=32, vocab_size=4, n_sequences=100.0)
