@@ -45,6 +45,8 @@ def test_joint_map_pools_below_the_marginal_onset():
     assert set(jm.params) == {"G", "W", "b"} and jm.objective.shape == (4,)
     with pytest.raises(TypeError, match="stats"):
         joint_map.joint_map_heads("x")
+    with pytest.raises(TypeError, match="prior"):
+        joint_map.joint_map_heads(st, sigma_x=1.0)
     soft = joint_map.joint_map_heads(st, kind="softmax", n_steps=50, seed=0)
     assert "b" not in soft.params and np.allclose(soft.m, 1.0)
 

@@ -51,14 +51,17 @@ def joint_map_heads(
     n_steps: int = 1500,
     lr: float = 0.02,
     init_scale: float = 0.3,
-    kappa: float = 1.0,
-    sigma_w: float = 1.0,
-    sigma_g: float = 1.0,
-    sigma_b: float = 1.0,
     seed=None,
+    kappa: float = 1.0,
+    **priors,
 ) -> JointMap:
     """Adam on the negative log joint posterior of ``(G, W, b)`` (loss + Gaussian priors), from
-    ``n_restarts`` random starts (all weights ``init_scale · N(0, 1)``) per data set."""
+    ``n_restarts`` random starts (all weights ``init_scale · N(0, 1)``) per data set.
+    ``priors``: ``sigma_w``, ``sigma_g``, ``sigma_b`` of :func:`attnbook.copyhead.prior_energy`
+    (default 1)."""
+    unknown = set(priors) - {"sigma_w", "sigma_g", "sigma_b"}
+    if unknown:
+        raise TypeError(f"unknown prior width(s) {sorted(unknown)}")
     kind = resolve_copy_kind(kind)
     if not isinstance(stats, CopyStats):
         raise TypeError(f"stats must be a CopyStats, got {type(stats).__name__}")
@@ -79,7 +82,6 @@ def joint_map_heads(
     )
     if kind == "softmax":
         p0.pop("b")
-    priors = dict(sigma_w=sigma_w, sigma_g=sigma_g, sigma_b=sigma_b)
 
     def objective(p):
         return loss(p, every, kind=kind, kappa=kappa) + prior_energy(p, **priors)
