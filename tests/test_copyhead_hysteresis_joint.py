@@ -89,3 +89,18 @@ def test_softmax_barrier_and_scaling():
         scaling.softmax_scaling([8, 32], vocab_size=4)
     with pytest.raises(ValueError, match="minimum"):
         scaling.softmax_barrier(seq_len=32, vocab_size=4, n_sequences=100.0)
+
+
+def test_crossover_derivations_match_the_solvers():
+    from attnbook.copyhead import crossover
+
+    P_sad, P_lead, s = crossover.derive_saddle_crossover()
+    sub = {s["L"]: 1024, s["V"]: 8, s["kappa"]: 1, s["sigma_w"]: 1, s["sigma_g"]: 1}
+    solver = A.linear_crossover_p(seq_len=1024, vocab_size=8)
+    assert abs(float(P_sad.subs(sub)) / solver - 1) < 0.01
+    assert abs(float(P_lead.subs(sub)) / (2 * 8 * 1024**1.5 / np.sqrt(7)) - 1) < 1e-12
+    P_flu, v, s2 = crossover.derive_fluctuation_crossover()
+    assert v == s2["sigma_g"] ** 2 / 2
+    sub2 = {s2["L"]: 256, s2["V"]: 4, s2["kappa"]: 1}
+    flu = A.linear_crossover_p(seq_len=256, vocab_size=4, fluctuations=True)
+    assert abs(float(P_flu.subs(sub2)) / flu - 1) < 0.03
