@@ -219,3 +219,57 @@ def test_rank_normalized_rhat_flags_shifted_and_rescaled_chains():
     assert float(sgld.split_rhat(scaled).max()) < float(
         sgld.rank_normalized_rhat(scaled).max()
     )
+
+
+def test_hessian_lambda_max_and_mask():
+    prec = torch.diag(torch.tensor([1.0, 4.0, 50.0], dtype=torch.float64))
+    U = gaussian_potential(torch.zeros(3, dtype=torch.float64), prec)
+    theta = torch.randn(
+        5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+    )
+    lam = sgld.hessian_lambda_max(U, theta, n_iters=60, seed=1)
+    assert lam.shape == (5,)
+    assert torch.allclose(lam, torch.full((5,), 50.0, dtype=torch.float64), rtol=1e-6)
+    sub = sgld.hessian_lambda_max(
+        U, theta, n_iters=60, mask=[True, True, False], seed=1
+    )
+    assert torch.allclose(sub, torch.full((5,), 4.0, dtype=torch.float64), rtol=1e-6)
+    with pytest.raises(ValueError, match="mask"):
+        sgld.hessian_lambda_max(U, theta, mask=[False, False, False])
+    with pytest.raises(ValueError, match="mask"):
+        sgld.hessian_lambda_max(U, theta, mask=[True, False])
+    with pytest.raises(TypeError, match="potential"):
+        sgld.hessian_lambda_max(3.0, theta)
+
+
+def test_step_size_rule_and_per_coordinate_steps():
+    eta = sgld.step_size_rule(torch.tensor([10.0, 100.0]), fraction=0.2)
+    assert torch.allclose(eta, torch.tensor([0.02, 0.002]))
+    with pytest.raises(ValueError, match="lambda_max"):
+        sgld.step_size_rule([1.0, -1.0])
+    with pytest.raises(ValueError, match="fraction"):
+        sgld.step_size_rule([1.0], fraction=5.0)
+    # a diagonal preconditioner keeps the target: one step per coordinate
+    prec = torch.diag(torch.tensor([1.0, 100.0], dtype=torch.float64))
+    U = gaussian_potential(torch.zeros(2, dtype=torch.float64), prec)
+    init = torch.zeros(64, 2, dtype=torch.float64)
+    steps = torch.tensor([0.1, 0.001], dtype=torch.float64).expand(64, 2)
+    res = sgld.sample(
+        U, init, step_size=steps, n_steps=6000, burn_in=1000, thin=5, seed=0
+    )
+    var = res.samples.reshape(-1, 2).var(0)
+    assert torch.allclose(
+        var, torch.tensor([1.0, 0.01], dtype=torch.float64), rtol=0.06
+    )
+    with pytest.raises(ValueError, match="step_size"):
+        sgld.sample(U, init, step_size=-steps, n_steps=10)
+
+
+def test_monte_carlo_se_matches_iid_error():
+    x = torch.randn(
+        400, 4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2)
+    )
+    se = sgld.monte_carlo_se(x)
+    assert se.shape == (3,)
+    # independent draws: ESS ≈ n, so se ≈ sd/√1600 = 0.025
+    assert torch.allclose(se, torch.full((3,), 0.025, dtype=torch.float64), rtol=0.15)

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from attnbook.device import as_generator
@@ -49,6 +50,9 @@ __all__ = [
     "split_rhat",
     "rank_normalized_rhat",
     "effective_sample_size",
+    "hessian_lambda_max",
+    "step_size_rule",
+    "monte_carlo_se",
 ]
 
 
@@ -75,6 +79,19 @@ class SGLDResult(NamedTuple):
 
 
 def _step_tensor(step_size, n_chains: int, like: torch.Tensor) -> torch.Tensor:
+    if (
+        isinstance(step_size, torch.Tensor | np.ndarray)
+        and tuple(step_size.shape) == tuple(like.shape)
+        and like.dim() > 1
+    ):
+        # one step per coordinate: a constant diagonal preconditioner
+        eta = check_finite(
+            as_tensor(step_size, "step_size", dtype=like.dtype, device=like.device),
+            "step_size",
+        )
+        if bool((eta <= 0).any()):
+            raise ValueError("step_size must be positive")
+        return eta
     eta = per_model_positive(step_size, "step_size", n_chains, like)
     # one step per chain broadcasts over the chain's parameter dimensions
     return eta.reshape(-1, *([1] * (like.dim() - 1))) if eta.dim() else eta
@@ -105,7 +122,9 @@ def sample(
     init:
         Starting points, shape ``(n_chains, ...)`` (NumPy or torch; not modified).
     step_size:
-        The step ``η`` (a number, or one per chain, shape ``(n_chains,)``).
+        The step ``η`` (a number, or one per chain, shape ``(n_chains,)``, or one per
+        coordinate, the shape of ``init``: a constant diagonal preconditioner, which keeps the
+        target and lets soft coordinates move faster than stiff ones).
     n_steps, burn_in, thin:
         Total steps; the states ``θ_t`` with ``t < burn_in`` are discarded and every
         ``thin``-th after is kept.
@@ -312,3 +331,81 @@ def effective_sample_size(samples) -> torch.Tensor:
     tau = torch.clamp(tau, min=1.0 / math.log10(max(m * n, 10)))
     ess = m * n / tau
     return torch.where(var_plus > 0, ess, torch.full_like(ess, float(m * n)))
+
+
+def hessian_lambda_max(
+    potential: Callable, theta, *, n_iters: int = 30, mask=None, seed=None
+) -> torch.Tensor:
+    r"""Largest Hessian eigenvalue of each chain's potential at ``theta (n_chains, ...)``.
+
+    Power iteration on Hessian–vector products (double backward through ``potential``), one
+    independent iteration per chain, ``n_iters`` products in all. It returns the eigenvalue of
+    largest *modulus* (positive where the potential is convex there, as at a minimum). Used for
+    the step-size rule :func:`step_size_rule`: Langevin's Euler step is stable in a quadratic
+    well only if :math:`\eta\lambda_\max/2 < 2`, and its bias on variances is
+    :math:`O(\eta\lambda_\max)`. ``mask`` (boolean, broadcastable to one chain's parameters)
+    restricts the iteration to a block of coordinates (the Hessian projected on them), e.g. to
+    set one step per block.
+    """
+    if not callable(potential):
+        raise TypeError(f"potential must be callable, got {type(potential).__name__}")
+    x = as_tensor(theta, "theta").detach().clone()
+    if x.dim() < 1:
+        raise ValueError("theta must have shape (n_chains, ...), got a scalar")
+    check_finite(x, "theta")
+    n_iters = check_positive_int(n_iters, "n_iters")
+    n = x.shape[0]
+    gen = as_generator(seed, device=x.device)
+    v = torch.randn(x.shape, generator=gen, dtype=x.dtype, device=x.device)
+    dims = tuple(range(1, x.dim()))
+    proj = torch.ones((), dtype=x.dtype, device=x.device)
+    if mask is not None:
+        mask_t = torch.as_tensor(np.asarray(mask), dtype=torch.bool, device=x.device)
+        try:
+            proj = torch.broadcast_to(mask_t, x.shape[1:]).to(x.dtype)
+        except RuntimeError:
+            raise ValueError(
+                f"mask of shape {tuple(mask_t.shape)} does not broadcast to one chain's "
+                f"parameters {tuple(x.shape[1:])}"
+            ) from None
+        if not bool(proj.any()):
+            raise ValueError("mask selects no coordinate")
+    v = v * proj
+    v = v / v.pow(2).sum(dims, keepdim=True).sqrt()
+    x.requires_grad_(True)
+    (g,) = torch.autograd.grad(potential(x).sum(), x, create_graph=True)
+    lam = torch.zeros(n, dtype=x.dtype, device=x.device)
+    for _ in range(n_iters):
+        (hv,) = torch.autograd.grad((g * v).sum(), x, retain_graph=True)
+        hv = hv * proj
+        lam = (hv * v).sum(dims).detach()
+        norm = hv.detach().pow(2).sum(dims, keepdim=True).sqrt()
+        v = hv.detach() / torch.where(norm > 0, norm, torch.ones_like(norm))
+    return lam
+
+
+def step_size_rule(lambda_max, *, fraction: float = 0.1) -> torch.Tensor:
+    r"""The step rule of this book: :math:`\eta = \text{fraction}/\lambda_\max`, per chain.
+
+    With ``fraction = 0.1`` the stiffest direction moves by 5 % of its distance to the mode per
+    step and the Euler bias on its variance, :math:`\eta\lambda_\max/4`, is 2.5 %; softer
+    directions are biased less."""
+    lam = as_tensor(lambda_max, "lambda_max")
+    check_finite(lam, "lambda_max")
+    if bool((lam <= 0).any()):
+        raise ValueError("lambda_max must be positive (estimate it near a minimum)")
+    frac = float(fraction)
+    if not 0 < frac < 4:
+        raise ValueError(
+            f"fraction must lie in (0, 4) for a stable step, got {fraction}"
+        )
+    return frac / lam
+
+
+def monte_carlo_se(samples) -> torch.Tensor:
+    r"""Monte Carlo standard error of the mean of each coordinate of ``samples (n_draws,
+    n_chains, ...)``: the pooled standard deviation over :math:`\sqrt{\mathrm{ESS}}`
+    (:func:`effective_sample_size`)."""
+    x = _as_draws(samples)
+    sd = x.reshape(-1, *x.shape[2:]).std(0)
+    return sd / effective_sample_size(x).sqrt()

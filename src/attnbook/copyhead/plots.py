@@ -16,6 +16,8 @@ __all__ = [
     "theory_and_points",
     "action_profiles",
     "phase_lines",
+    "hysteresis",
+    "matched_series",
 ]
 
 
@@ -114,3 +116,39 @@ def phase_lines(L, lines: Mapping[str, tuple], points: Mapping[str, tuple] = ())
     ax.set_ylabel("P")
     ax.legend(fontsize=7)
     return fig
+
+
+def hysteresis(ax, loop, *, p_star=None, window=None, ylabel: str = "⟨a_G⟩"):
+    """A hysteresis loop (:class:`attnbook.copyhead.hysteresis.HysteresisLoop`): the sweep up
+    and the sweep down, means over data sets with Monte Carlo error bars (the chains' errors
+    combined), the theory's ``p_star`` (dotted) and coexistence ``window`` (grey) if given."""
+    P = np.asarray(loop.n_sequences)
+    n = loop.up.shape[1]
+    for key, marker, label in (
+        ("up", "^-", "P swept up"),
+        ("down", "v--", "P swept down"),
+    ):
+        y, se = getattr(loop, key), getattr(loop, key + "_se")
+        err = np.sqrt((se**2).sum(1)) / n
+        ax.errorbar(P, y.mean(1), yerr=err, fmt=marker, capsize=3, label=label)
+    if window is not None:
+        ax.axvspan(*window, color="0.85", zorder=0, label="coexistence window (ansatz)")
+    if p_star is not None:
+        ax.axvline(p_star, color="0.4", ls=":", label="P* (symmetric-logit ansatz)")
+    ax.set_xlabel("P")
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    return ax
+
+
+def matched_series(ax, series: Mapping[str, tuple], *, ylabel: str = "", xlabel="P"):
+    """Theory line and measured points in one colour per label:
+    ``series[label] = (x_theory, y_theory, x_points, y_points)``; log ``x``."""
+    for j, (label, (xt, yt, xp, yp)) in enumerate(dict(series).items()):
+        ax.plot(xt, yt, color=f"C{j}", lw=1.5, label=f"{label}: theory")
+        ax.plot(xp, yp, "o", color=f"C{j}", mfc="none", ms=7, label=f"{label}: Adam")
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8, ncol=2)
+    return ax

@@ -162,3 +162,25 @@ register(
         },
     )
 )
+
+
+def global_copy_order(ds, *, kind: str, method: str = "adam"):
+    """From a loaded ``copyhead-phase`` archive (:func:`attnbook.experiments.load`): the copy
+    order parameter of each chain's *global-minimum* start — per (L, V, P, chain) the start
+    (cold or hot) with the lower action (Adam: final action; SGLD: mean potential) — with
+    linear attention's ``c_G`` aligned with the sign of its row sum ``c1 + c_G`` (the posterior
+    is even under the mirror flip). Returns an ``xarray.DataArray`` over ``(L, V, P, chain)``."""
+    kind = resolve_kind(kind, allowed=KINDS)
+    if method not in ("adam", "sgld"):
+        raise ValueError(f"method must be 'adam' or 'sgld', got {method!r}")
+    for name in ("cG", "c1", "action"):
+        if name not in getattr(ds, "data_vars", {}):
+            raise TypeError(
+                "ds must be the loaded copyhead-phase archive (an xarray.Dataset)"
+            )
+    sub = ds.sel({"method": method, "kind": kind})
+    cG = sub.cG
+    if kind == "linear":
+        cG = cG * np.sign(sub.c1 + sub.cG)
+    best = sub.action.argmin("start")
+    return cG.isel(start=best)

@@ -1,0 +1,80 @@
+import numpy as np
+import pytest
+import torch
+
+from attnbook.copyhead import diagnostics as D
+from attnbook.copyhead import heads, nested_statistics
+
+torch.set_num_threads(1)
+
+
+def test_block_step_sizes_linear_and_softmax():
+    st = nested_statistics([40, 160], 6, 3, seed=0)
+    theta = 0.5 * torch.randn(2, 37, dtype=torch.float64)
+    eta, lam = D.block_step_sizes(st, theta, fraction=0.2, n_mode_steps=50, seed=1)
+    assert eta.shape == theta.shape and set(lam) == {"G", "b"}
+    # the bias carries the data's stiffness, which grows with P
+    assert (lam["b"] > lam["G"]).all() and lam["b"][1] > lam["b"][0]
+    assert torch.allclose(eta[:, -1], 0.2 / lam["b"])
+    assert torch.allclose(eta[:, 0], 0.2 / lam["G"])
+    eta_s, lam_s = D.block_step_sizes(
+        st, theta[:, :36], kind="softmax", n_mode_steps=0, seed=1
+    )
+    assert set(lam_s) == {"G"} and eta_s.shape == (2, 36)
+    with pytest.raises(ValueError, match="theta"):
+        D.block_step_sizes(st, theta[:, :36])
+    with pytest.raises(ValueError, match="fraction"):
+        D.block_step_sizes(st, theta, fraction=4.0)
+    with pytest.raises(TypeError, match="stats"):
+        D.block_step_sizes("x", theta)
+
+
+def test_sgld_targets_shapes_and_halving_interface():
+    st = nested_statistics([30, 60], 5, 3, seed=1)
+    r = D.sgld_targets(st, n_chains=3, n_steps=300, burn_in=100, thin=4, seed=0)
+    assert r.obs.shape == (50, 3, 2, 2)
+    for key in ("mean", "mcse", "var", "var_mcse", "rhat", "ess"):
+        assert r[key].shape == (2, 2) and np.isfinite(r[key]).all()
+    assert r.obs[..., 0].min() >= 0  # |m| is sign-invariant
+    half = D.sgld_targets(
+        st,
+        n_chains=3,
+        n_steps=200,
+        burn_in=100,
+        thin=4,
+        step_size=r.step_size / 2,
+        seed=1,
+    )
+    assert half.lambda_max == {} and torch.equal(half.step_size, r.step_size / 2)
+    with pytest.raises(ValueError, match="init"):
+        D.sgld_targets(st, n_chains=3, n_steps=10, init=torch.zeros(2, 26))
+    with pytest.raises(ValueError, match="n_chains"):
+        D.sgld_targets(st, n_chains=0, n_steps=10)
+
+
+def test_sgld_targets_softmax_hot_start():
+    st = nested_statistics([50], 6, 3, seed=2)
+    hot = heads.copy_start(2, 6, seed=0)
+    r = D.sgld_targets(
+        st,
+        n_chains=2,
+        kind="softmax",
+        init=hot,
+        n_steps=200,
+        burn_in=50,
+        thin=5,
+        seed=0,
+    )
+    assert r.obs.shape == (30, 2, 1, 2)
+    assert np.allclose(r.obs[..., 0], 1.0)  # softmax rows sum to one
+
+
+def test_observable_summary_iid():
+    x = torch.randn(
+        200, 4, 3, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+    )
+    s = D.observable_summary(x)
+    assert np.allclose(s["var"], 1.0, atol=0.15)
+    assert (s["rhat"] < 1.05).all() and (s["ess"] > 400).all()
+    with pytest.raises(ValueError, match="n_draws"):
+        D.observable_summary(x[0])
