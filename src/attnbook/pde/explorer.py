@@ -183,7 +183,7 @@ def draw_gaussian_view(
     ``n_ellipses`` times, coloured from violet (t = 0) to yellow (the last time). Returns the axes.
     """
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(8, 3.4))
+        _, axes = plt.subplots(1, 2, figsize=(7.5, 3.4))
     ax_eig, ax_shape = axes
     for k, style in ((1, "-"), (0, "--")):
         ax_eig.semilogy(
