@@ -101,7 +101,9 @@ def _namespace():
 def test_registry_matches_the_book():
     labels = _exercise_labels()
     # the foundations' checkers here; other parts test theirs in tests/test_exercises_<part>.py
-    own = {k for k, f in exercises.CHECKERS.items() if f.__module__.endswith("foundations")}
+    own = {
+        k for k, f in exercises.CHECKERS.items() if f.__module__.endswith("foundations")
+    }
     assert set(REFERENCE) == own == set(WRONG)
     assert set(exercises.CHECKERS) <= set(labels), "a checker without an exercise"
     assert sorted({label for label, _ in SOLUTIONS}) == exercises.labels()

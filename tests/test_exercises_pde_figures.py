@@ -46,7 +46,9 @@ WRONG = {
         ),
         (
             lambda c: int(
-                ((np.linalg.eigvalsh(c) > 1e-2).sum(-1) > math.ceil(c.shape[-1] / 2)).sum()
+                (
+                    (np.linalg.eigvalsh(c) > 1e-2).sum(-1) > math.ceil(c.shape[-1] / 2)
+                ).sum()
             ),
             "relative",
         ),

@@ -60,7 +60,9 @@ def test_batched_rhs_per_member_and_tensor_in_tensor_out():
     As = np.stack([A, -A])
     got = figs.covariance_rhs(torch.tensor(Ss), kind="softmax", A=As)
     assert isinstance(got, torch.Tensor)
-    np.testing.assert_allclose(got[1].numpy(), figs.covariance_rhs(2 * S, kind="softmax", A=-A))
+    np.testing.assert_allclose(
+        got[1].numpy(), figs.covariance_rhs(2 * S, kind="softmax", A=-A)
+    )
 
 
 def test_flow_matches_the_identity_value_closed_form():
@@ -76,7 +78,9 @@ def test_flow_matches_the_identity_value_closed_form():
 
 
 def test_flow_flags_explosions():
-    fl = figs.batched_covariance_flow(np.eye(2) / 2, [0.0, 5.0], kind="softmax", A=np.eye(2))
+    fl = figs.batched_covariance_flow(
+        np.eye(2) / 2, [0.0, 5.0], kind="softmax", A=np.eye(2)
+    )
     assert fl.exploded.all() and fl.explode_time[0] == 5.0
 
 
@@ -102,14 +106,22 @@ def test_grid_disc_and_rank_counts():
     np.testing.assert_allclose(np.trace(grid, axis1=1, axis2=2), 1.0)
     assert (np.linalg.eigvalsh(grid) > 0).all()
     u = np.array([0.6, 0.8])
-    np.testing.assert_allclose(np.linalg.norm(figs.disc_coordinates(np.outer(u, u))), 1.0)
+    np.testing.assert_allclose(
+        np.linalg.norm(figs.disc_coordinates(np.outer(u, u))), 1.0
+    )
     rc = figs.rank_counts(np.array([1, 2, 2, 3]), 4)
-    assert rc["counts"].tolist() == [0, 1, 2, 1, 0] and rc["above"] == 1 and rc["bound"] == 2
+    assert (
+        rc["counts"].tolist() == [0, 1, 2, 1, 0]
+        and rc["above"] == 1
+        and rc["bound"] == 2
+    )
 
 
 def test_plot_helpers_draw():
     grid = figs.trace_one_grid(3, radius=0.5)
-    fl = figs.batched_covariance_flow(grid, [0.0, 1.0, 2.0], kind="softmax", A=-np.eye(2))
+    fl = figs.batched_covariance_flow(
+        grid, [0.0, 1.0, 2.0], kind="softmax", A=-np.eye(2)
+    )
     fig = plt.figure()
     ax3 = fig.add_subplot(1, 3, 1, projection="3d")
     figs.plot_cone_paths(ax3, fl.cov, line=np.diag([1.0, 0.0]), title="x")

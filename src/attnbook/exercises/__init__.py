@@ -22,8 +22,10 @@ decorators and imports it below.
 from __future__ import annotations
 
 # one module per part: importing it registers its checkers
-from . import foundations  # noqa: E402,F401  (registers)
-from . import pde_figures  # noqa: E402,F401  (registers)
+from . import (
+    foundations,  # noqa: E402,F401  (registers)
+    pde_figures,  # noqa: E402,F401  (registers)
+)
 from .core import CHECKERS, checker
 
 __all__ = ["CHECKERS", "check", "checker", "labels"]

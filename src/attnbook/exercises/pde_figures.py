@@ -12,8 +12,8 @@ import math
 import numpy as np
 
 from ..linalg import psd_sqrt
-from ..pde.clouds import numerical_rank
 from ..pde.closed_forms import identity_value_blowup_time, identity_value_covariance
+from ..pde.clouds import numerical_rank
 from .core import as_array, call, checker, fail, require_function
 
 __all__ = ["check_blowup_direction", "check_count_above"]
@@ -40,11 +40,19 @@ def check_blowup_direction(fn) -> None:
         on = f"S0 and A of shape ({d}, {d})"
         got = as_array(label, call(label, fn, S0.copy(), A.copy(), on=on), on=on)
         if got.shape != (d,):
-            fail(label, f"expected a vector of shape ({d},), got {got.shape}", on=on,
-                 hint="return one direction, a 1-D array of length d")
+            fail(
+                label,
+                f"expected a vector of shape ({d},), got {got.shape}",
+                on=on,
+                hint="return one direction, a 1-D array of length d",
+            )
         if not np.all(np.isfinite(got)) or abs(np.linalg.norm(got) - 1) > 1e-6:
-            fail(label, f"expected a unit vector, got norm {np.linalg.norm(got):.4g}",
-                 on=on, hint="divide by np.linalg.norm at the end")
+            fail(
+                label,
+                f"expected a unit vector, got norm {np.linalg.norm(got):.4g}",
+                on=on,
+                hint="divide by np.linalg.norm at the end",
+            )
         T = identity_value_blowup_time(S0, A)
         near = identity_value_covariance([(1 - 1e-9) * T], S0, A)[0]
         top = np.linalg.eigh(near)[1][:, -1]
@@ -56,8 +64,13 @@ def check_blowup_direction(fn) -> None:
                 hint = "you returned w itself: map it back with Σ₀^½ (then normalise)"
             elif abs(got @ np.linalg.eigh(A + A.T)[1][:, -1]) > 1 - 1e-6:
                 hint = "that is the top eigenvector of A + Aᵀ: Σ₀ changes the direction"
-            fail(label, f"wrong direction: |cos angle| with the true one is "
-                 f"{abs(got @ top):.4f}", on=on, hint=hint)
+            fail(
+                label,
+                f"wrong direction: |cos angle| with the true one is "
+                f"{abs(got @ top):.4f}",
+                on=on,
+                hint=hint,
+            )
 
 
 def _rank_cases():
@@ -90,5 +103,9 @@ def check_count_above(fn) -> None:
             elif got.shape == () and got == int(
                 ((np.linalg.eigvalsh(covs) > 1e-2).sum(-1) > math.ceil(d / 2)).sum()
             ):
-                hint = "the threshold is relative: 1 % of each matrix's largest eigenvalue"
-            fail(label, f"wrong count: got {got}, expected {expected}", on=on, hint=hint)
+                hint = (
+                    "the threshold is relative: 1 % of each matrix's largest eigenvalue"
+                )
+            fail(
+                label, f"wrong count: got {got}, expected {expected}", on=on, hint=hint
+            )

@@ -73,7 +73,11 @@ def _params(kind: str, d: int, A, V, Q, K):
         At, G = _t(A, "A"), None
         want = (3, 4) if kind == "multihead" else (2, 3)
         if At.ndim not in want or At.shape[-2:] != (d, d):
-            form = "(H, d, d) or (B, H, d, d)" if kind == "multihead" else "(d, d) or (B, d, d)"
+            form = (
+                "(H, d, d) or (B, H, d, d)"
+                if kind == "multihead"
+                else "(d, d) or (B, d, d)"
+            )
             raise ValueError(f"A must be {form} with d = {d}, got {tuple(At.shape)}")
         if kind != "multihead":
             At = At.unsqueeze(-3)
@@ -284,7 +288,9 @@ def plot_cone_paths(
         ray = np.linspace(0, max_trace / L[2], 2)[:, None] * L
         ax.plot(*ray.T, color="k", lw=1.5)
     ax.view_init(elev=elev, azim=azim)
-    ax.set(zlim=(0, max_trace), xlim=(-max_trace, max_trace), ylim=(-max_trace, max_trace))
+    ax.set(
+        zlim=(0, max_trace), xlim=(-max_trace, max_trace), ylim=(-max_trace, max_trace)
+    )
     ax.set_xticks([])
     ax.set_yticks([])
     ax.set_zticks([])
@@ -314,7 +320,9 @@ def plot_disc_paths(ax, cov, *, color_by=None, marks=None, title: str = "") -> N
     ax.set_title(title)
 
 
-def plot_rank_histogram(ax, ranks, d: int, *, bound: int | None = None, title: str = ""):
+def plot_rank_histogram(
+    ax, ranks, d: int, *, bound: int | None = None, title: str = ""
+):
     """Bar chart of limiting ranks ``0..d``; bars above ``bound`` (default ⌈d/2⌉) in red."""
     rc = rank_counts(ranks, d, bound=bound)
     xs = np.arange(d + 1)
