@@ -326,7 +326,7 @@ def plot_rank_histogram(
     """Bar chart of limiting ranks ``0..d``; bars above ``bound`` (default ⌈d/2⌉) in red."""
     rc = rank_counts(ranks, d, bound=bound)
     xs = np.arange(d + 1)
-    colors = ["C0" if x <= rc["bound"] else "C3" for x in xs]
+    colors = ["#1f77b4" if x <= rc["bound"] else "#d62728" for x in xs]  # above: red
     ax.bar(xs, rc["counts"], color=colors)
     ax.set_xticks(xs)
     ax.set_xlabel("rank at the final time")
