@@ -15,14 +15,14 @@ In a chapter (and in its student notebook) an exercise ends with::
     exercises.check("ex-l2-weights", l2_weights)
 
 One module per part registers its checkers when imported: :mod:`.foundations`,
-:mod:`.focus` (Part I), :mod:`.copyhead` (Part II) and :mod:`.pde` (Part III); a new chapter's
+:mod:`.focus` (Part I), :mod:`.copyhead` (Part II), :mod:`.pde` and :mod:`.pde_figures` (Part III); a new chapter's
 checkers go into its part's module, written with :func:`~attnbook.exercises.core.checker`.
 """
 
 from __future__ import annotations
 
 # one module per part: importing it registers its checkers
-from . import copyhead, focus, foundations, pde  # noqa: E402,F401  (registers)
+from . import copyhead, focus, foundations, pde, pde_figures  # noqa: E402,F401  (registers)
 from .core import CHECKERS, checker
 
 __all__ = ["CHECKERS", "check", "checker", "labels"]

@@ -1,0 +1,334 @@
+r"""The covariance flows of every attention kind, batched, and the figures drawn from them.
+
+The chapter *The authors' figures* reproduces the figure set of Castin et al. (2025) from
+attnbook's own equations. Two pieces live here:
+
+* :func:`covariance_rhs` and :func:`batched_covariance_flow` — the zero-mean covariance ODE
+  :math:`\dot\Sigma = J\Sigma + \Sigma J^\top` of softmax, ℓ², multi-head softmax and Sinkhorn
+  attention for a batch of ``B`` systems at once (torch, float64), each system with its own
+  parameters if wanted. The equations are those of :mod:`attnbook.pde.symbolic` (tested
+  against :func:`attnbook.pde.moment_field`):
+
+  - softmax: :math:`J = V\Sigma A`;
+  - multi-head softmax: :math:`J = \sum_h V_h\Sigma A_h`;
+  - ℓ² (kernel :math:`e^{-|Qx - Ky|^2}`): :math:`J = 2V(I + 2\Sigma K^\top K)^{-1}\Sigma K^\top Q`;
+  - Sinkhorn (:math:`\varepsilon = 1`): :math:`J\Sigma = 2V\Sigma A R(I + M^{1/2})^{-1}R`,
+    :math:`R = \Sigma^{1/2}`, :math:`M = I + 4RA^\top\Sigma AR` (no inverse of Σ or A).
+
+* Plot helpers: 2×2 flows in the PSD cone coloured by their start, their trace-normalised
+  direction in the unit disc, and limiting-rank histograms that show the draws above a bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..attention import resolve_kind
+from ..flows import check_times, odeint_dopri5
+from ..linalg import check_psd
+from ..validation import as_float64_array, check_positive, check_positive_int
+from .gaussian import CovarianceFlow
+from .plots import cone_coordinates
+
+__all__ = [
+    "FIGURE_KINDS",
+    "covariance_rhs",
+    "batched_covariance_flow",
+    "multihead_blocks",
+    "trace_one_grid",
+    "disc_coordinates",
+    "rank_counts",
+    "plot_cone_paths",
+    "plot_disc_paths",
+    "plot_rank_histogram",
+]
+
+#: The kinds whose covariance flows the authors draw.
+FIGURE_KINDS = ("softmax", "l2", "multihead", "sinkhorn")
+
+
+def _t(x, name: str) -> torch.Tensor:
+    return torch.as_tensor(as_float64_array(x, name))
+
+
+def _params(kind: str, d: int, A, V, Q, K):
+    """Validated parameters with a head axis: ``A, V, G`` of shape ``(..., H, d, d)``."""
+    eye = torch.eye(d, dtype=torch.float64)
+    if kind == "l2":
+        if A is not None or Q is None or K is None:
+            raise ValueError("kind 'l2' takes Q and K (kernel e^{-|Qx - Ky|²}), not A")
+        Qt, Kt = _t(Q, "Q"), _t(K, "K")
+        if Qt.shape != Kt.shape or Qt.ndim not in (2, 3) or Qt.shape[-1] != d:
+            raise ValueError(
+                f"Q and K must have one shape (k, {d}) or (B, k, {d}), got "
+                f"{tuple(Qt.shape)} and {tuple(Kt.shape)}"
+            )
+        At, G = (Kt.mT @ Qt).unsqueeze(-3), (Kt.mT @ Kt).unsqueeze(-3)
+    else:
+        if A is None or Q is not None or K is not None:
+            raise ValueError(f"kind {kind!r} takes A, not Q and K")
+        At, G = _t(A, "A"), None
+        want = (3, 4) if kind == "multihead" else (2, 3)
+        if At.ndim not in want or At.shape[-2:] != (d, d):
+            form = (
+                "(H, d, d) or (B, H, d, d)"
+                if kind == "multihead"
+                else "(d, d) or (B, d, d)"
+            )
+            raise ValueError(f"A must be {form} with d = {d}, got {tuple(At.shape)}")
+        if kind != "multihead":
+            At = At.unsqueeze(-3)
+    if V is None:
+        Vt = eye.expand(*At.shape[:-2], d, d)
+    else:
+        Vt = _t(V, "V")
+        if Vt.shape[-2:] != (d, d):
+            raise ValueError(f"V must end in ({d}, {d}), got {tuple(Vt.shape)}")
+        if kind != "multihead":
+            Vt = Vt.unsqueeze(-3)
+        if Vt.shape[-3] != At.shape[-3]:
+            raise ValueError(
+                f"V must have one matrix per head ({At.shape[-3]}), got {Vt.shape[-3]}"
+            )
+    return At, Vt, G
+
+
+def _rhs(S: torch.Tensor, kind: str, A, V, G) -> torch.Tensor:
+    Sh = S.unsqueeze(-3)  # (B, 1, d, d): broadcast over heads
+    if kind == "l2":
+        eye = torch.eye(S.shape[-1], dtype=S.dtype, device=S.device)
+        J = 2 * V @ torch.linalg.solve(eye + 2 * Sh @ G, Sh @ A)
+        R = (J @ Sh).sum(-3)
+    elif kind == "sinkhorn":
+        w, U = torch.linalg.eigh(Sh)
+        Rt = (U * w.clamp(min=0).sqrt().unsqueeze(-2)) @ U.mT
+        M = Rt @ A.mT @ Sh @ A @ Rt
+        mw, mU = torch.linalg.eigh((M + M.mT) / 2)
+        inner = (mU / (1 + (1 + 4 * mw.clamp(min=0)).sqrt()).unsqueeze(-2)) @ mU.mT
+        R = (2 * V @ Sh @ A @ Rt @ inner @ Rt).sum(-3)
+    else:
+        R = (V @ Sh @ A @ Sh).sum(-3)
+    return R + R.mT
+
+
+def covariance_rhs(cov, *, kind: str, A=None, V=None, Q=None, K=None):
+    r""":math:`\dot\Sigma` of the zero-mean Gaussian flow for a batch ``cov`` ``(B, d, d)`` or ``(d, d)``.
+
+    ``kind``: softmax, l2, multihead or sinkhorn. softmax and Sinkhorn take ``A`` ``(d, d)``
+    or one per member ``(B, d, d)``; multihead takes stacks ``A``, ``V`` of shape
+    ``(H, d, d)`` (or ``(B, H, d, d)``), ``V[h]`` the output matrix :math:`V_h` of head ``h``;
+    ℓ² takes ``Q``, ``K`` ``(k, d)`` or ``(B, k, d)``. ``V`` defaults to the identity. No
+    scaling is applied: pass ``A = KᵀQ/√d`` for the authors' convention. NumPy in, NumPy out.
+    """
+    kind = resolve_kind(kind, FIGURE_KINDS)
+    was_numpy = not isinstance(cov, torch.Tensor)
+    S = check_psd(_t(cov, "cov"), "cov")
+    if S.ndim not in (2, 3) or S.shape[-1] != S.shape[-2]:
+        raise ValueError(f"cov must be (d, d) or (B, d, d), got {tuple(S.shape)}")
+    out = _rhs(S, kind, *_params(kind, S.shape[-1], A, V, Q, K))
+    return out.numpy() if was_numpy else out
+
+
+def batched_covariance_flow(
+    cov0,
+    t,
+    *,
+    kind: str,
+    A=None,
+    V=None,
+    Q=None,
+    K=None,
+    max_trace: float = 1e3,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+) -> CovarianceFlow:
+    r"""Integrate :func:`covariance_rhs` for ``B`` systems at once (DOPRI5, float64).
+
+    ``cov0``: ``(B, d, d)`` (or ``(d, d)``); parameters as in :func:`covariance_rhs`. A member
+    whose trace passes ``max_trace`` is frozen and flagged ``exploded`` (the authors' stopping
+    rule; for ℓ² and Sinkhorn this marks fast growth, not a finite-time singularity). Returns
+    :class:`attnbook.pde.CovarianceFlow` with ``cov`` of shape ``(len(t), B, d, d)``.
+    """
+    kind = resolve_kind(kind, FIGURE_KINDS)
+    S0 = check_psd(_t(cov0, "cov0"), "cov0")
+    if S0.ndim == 2:
+        S0 = S0[None]
+    if S0.ndim != 3 or S0.shape[-1] != S0.shape[-2]:
+        raise ValueError(f"cov0 must be (B, d, d) or (d, d), got {tuple(S0.shape)}")
+    max_trace = check_positive(max_trace, "max_trace")
+    times = check_times(t)
+    params = _params(kind, S0.shape[-1], A, V, Q, K)
+
+    def rhs(_t, S):
+        alive = S.diagonal(dim1=-2, dim2=-1).sum(-1) <= max_trace
+        return _rhs(S, kind, *params) * alive.to(S.dtype)[:, None, None]
+
+    cov = odeint_dopri5(
+        rhs, S0, times, rtol=rtol, atol=atol, max_abs=max(1e8, 10 * max_trace)
+    ).numpy()
+    cov = (cov + cov.transpose(0, 1, 3, 2)) / 2
+    tr = np.trace(cov, axis1=-2, axis2=-1)
+    exploded = (tr > max_trace).any(0)
+    first = np.argmax(tr > max_trace, axis=0)
+    explode_time = np.where(exploded, times[first], math.inf)
+    return CovarianceFlow(
+        t=times, cov=cov, exploded=exploded, explode_time=explode_time
+    )
+
+
+def multihead_blocks(Q, K, V=None, *, n_heads: int) -> tuple[np.ndarray, np.ndarray]:
+    r"""Per-head ``A_h = K_hᵀQ_h/√k`` and ``V_h = W_hᵀV_h`` (``W = I``) from row blocks, ``(H, d, d)``.
+
+    ``Q``, ``K``: ``(H·k, d)``; head ``h`` uses rows ``h·k … (h+1)·k − 1`` of ``Q``, ``K`` and
+    of ``V`` (``(d, d)``, default the identity), and writes its output to the same rows.
+    """
+    Qn, Kn = as_float64_array(Q, "Q"), as_float64_array(K, "K")
+    n_heads = check_positive_int(n_heads, "n_heads")
+    if Qn.ndim != 2 or Qn.shape != Kn.shape or Qn.shape[0] % n_heads:
+        raise ValueError(
+            f"Q and K must share a shape (H·k, d) with H = {n_heads} dividing the rows, "
+            f"got {Qn.shape} and {Kn.shape}"
+        )
+    d = Qn.shape[1]
+    Vn = np.eye(d) if V is None else as_float64_array(V, "V")
+    if Vn.shape != (d, d) or Qn.shape[0] != d:
+        raise ValueError(f"V must be ({d}, {d}) and Q must have d = {d} rows")
+    k = d // n_heads
+    rows = [slice(h * k, (h + 1) * k) for h in range(n_heads)]
+    A = np.stack([Kn[r].T @ Qn[r] / math.sqrt(k) for r in rows])
+    W = np.eye(d)
+    return A, np.stack([W[r].T @ Vn[r] for r in rows])
+
+
+def trace_one_grid(n_side: int, *, radius: float = 0.5) -> np.ndarray:
+    r"""Trace-one 2×2 covariances on an ``n_side × n_side`` grid of the disc, ``(B, 2, 2)``.
+
+    The grid of points :math:`(x, y) \in [-r, r]^2` with :math:`x^2 + y^2 < 1` gives
+    :math:`\Sigma = \tfrac12\begin{pmatrix}1 + x & y\\ y & 1 - x\end{pmatrix}` (cone coordinates
+    :math:`(x, y, 1)`), strictly positive definite. ``radius`` ≤ 1.
+    """
+    n_side = check_positive_int(n_side, "n_side", minimum=2)
+    radius = check_positive(radius, "radius")
+    if radius > 1:
+        raise ValueError(f"radius must be at most 1, got {radius}")
+    g = np.linspace(-radius, radius, n_side)
+    x, y = (z.ravel() for z in np.meshgrid(g, g))
+    keep = x**2 + y**2 < 1 - 1e-9
+    x, y = x[keep], y[keep]
+    return 0.5 * np.stack([np.stack([1 + x, y], -1), np.stack([y, 1 - x], -1)], -2)
+
+
+def disc_coordinates(cov) -> np.ndarray:
+    r"""Trace-normalised cone coordinates :math:`((a - b)/(a + b), 2c/(a + b))`, ``(..., 2)``.
+
+    The unit circle holds the rank-one matrices, the centre multiples of the identity.
+    """
+    P = cone_coordinates(as_float64_array(cov, "cov"))
+    return P[..., :2] / P[..., 2:]
+
+
+def rank_counts(ranks, d: int, *, bound: int | None = None) -> dict:
+    """Histogram of integer ``ranks`` over ``0..d`` and how many exceed ``bound``."""
+    r = np.asarray(ranks)
+    if r.ndim != 1 or not np.issubdtype(r.dtype, np.integer):
+        raise TypeError("ranks must be a 1-D array of integers")
+    d = check_positive_int(d, "d")
+    if r.size and (r.min() < 0 or r.max() > d):
+        raise ValueError(f"ranks must lie in 0..{d}")
+    bound = math.ceil(d / 2) if bound is None else bound
+    return dict(
+        counts=np.bincount(r, minlength=d + 1),
+        above=int((r > bound).sum()),
+        bound=bound,
+        n=int(r.size),
+    )
+
+
+def _colors(values, cmap: str = "viridis"):
+    import matplotlib as mpl
+
+    v = np.asarray(values, float)
+    span = np.ptp(v) if v.size else 1.0
+    return mpl.colormaps[cmap]((v - v.min()) / (span if span > 0 else 1.0))
+
+
+def plot_cone_paths(
+    ax,
+    cov,
+    *,
+    color_by=None,
+    line=None,
+    max_trace: float = 1.2,
+    title: str = "",
+    elev: float = 20,
+    azim: float = -80,
+) -> None:
+    """2×2 flows ``cov`` ``(len(t), B, 2, 2)`` in the PSD cone of a 3-D axis, end points as dots.
+
+    Colours follow ``color_by`` (default: the start's off-diagonal entry); ``line``: a 2×2
+    rank-one matrix whose ray is drawn in black (a predicted limit direction). A flow is drawn
+    while its trace stays below ``max_trace``.
+    """
+    cov = as_float64_array(cov, "cov")
+    th, z = np.meshgrid(np.linspace(0, 2 * np.pi, 48), np.linspace(0, max_trace, 8))
+    ax.plot_wireframe(z * np.cos(th), z * np.sin(th), z, color="0.85", lw=0.4)
+    P = cone_coordinates(cov)
+    colors = _colors(cov[0, :, 0, 1] if color_by is None else color_by)
+    tr = np.trace(cov, axis1=-2, axis2=-1)
+    for b in range(cov.shape[1]):
+        keep = tr[:, b] < max_trace
+        ax.plot(*P[keep, b].T, color=colors[b], lw=0.8, alpha=0.7)
+        if keep[-1]:
+            ax.scatter(*P[-1, b], color=colors[b], s=6)
+    if line is not None:
+        L = cone_coordinates(as_float64_array(line, "line"))
+        ray = np.linspace(0, max_trace / L[2], 2)[:, None] * L
+        ax.plot(*ray.T, color="k", lw=1.5)
+    ax.view_init(elev=elev, azim=azim)
+    ax.set(
+        zlim=(0, max_trace), xlim=(-max_trace, max_trace), ylim=(-max_trace, max_trace)
+    )
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_zticks([])
+    ax.set_title(title)
+
+
+def plot_disc_paths(ax, cov, *, color_by=None, marks=None, title: str = "") -> None:
+    """Trace-normalised 2×2 flows in the unit disc (rank one on the circle), end points as dots.
+
+    ``marks``: points ``(m, 2)`` of the disc drawn as black crosses (predicted end points).
+    """
+    D = disc_coordinates(cov)
+    colors = _colors(
+        as_float64_array(cov, "cov")[0, :, 0, 1] if color_by is None else color_by
+    )
+    th = np.linspace(0, 2 * np.pi, 200)
+    ax.plot(np.cos(th), np.sin(th), color="0.5", lw=0.8)
+    for b in range(D.shape[1]):
+        ax.plot(*D[:, b].T, color=colors[b], lw=0.7, alpha=0.7)
+        ax.scatter(*D[-1, b], color=colors[b], s=6, zorder=3)
+    if marks is not None:
+        ax.scatter(*np.asarray(marks, float).T, marker="x", color="k", s=40, zorder=4)
+    ax.set_aspect("equal")
+    ax.set(xlim=(-1.08, 1.08), ylim=(-1.08, 1.08))
+    ax.set_xlabel("(a − b)/tr Σ")
+    ax.set_ylabel("2c/tr Σ")
+    ax.set_title(title)
+
+
+def plot_rank_histogram(
+    ax, ranks, d: int, *, bound: int | None = None, title: str = ""
+):
+    """Bar chart of limiting ranks ``0..d``; bars above ``bound`` (default ⌈d/2⌉) in red."""
+    rc = rank_counts(ranks, d, bound=bound)
+    xs = np.arange(d + 1)
+    colors = ["#1f77b4" if x <= rc["bound"] else "#d62728" for x in xs]  # above: red
+    ax.bar(xs, rc["counts"], color=colors)
+    ax.set_xticks(xs)
+    ax.set_xlabel("rank at the final time")
+    ax.set_title(title or f"d = {d}: {rc['above']} of {rc['n']} above {rc['bound']}")
+    return rc

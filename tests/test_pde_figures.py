@@ -1,0 +1,131 @@
+"""attnbook.pde.figures: batched covariance right-hand sides against the SymPy-derived moment
+field, flows against closed forms, grids, ranks and the plot helpers."""
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from attnbook import pde  # noqa: E402
+from attnbook.pde import closed_forms as cf  # noqa: E402
+from attnbook.pde import figures as figs  # noqa: E402
+
+RNG = np.random.default_rng(3)
+D = 3
+W = RNG.normal(size=(D, D))
+S = W @ W.T + 0.2 * np.eye(D)
+A = RNG.normal(size=(D, D))
+V = RNG.normal(size=(D, D))
+Q, K = RNG.normal(size=(2, 2, D))
+
+
+@pytest.mark.parametrize(
+    "kind,kw",
+    [
+        ("softmax", dict(A=A, V=V)),
+        ("sinkhorn", dict(A=A, V=V)),
+        ("l2", dict(Q=Q, K=K, V=V)),
+    ],
+)
+def test_rhs_matches_the_symbolic_moment_field(kind, kw):
+    ref = pde.moment_field(kind, D, **kw)(np.zeros(D), S)[1]
+    got = figs.covariance_rhs(S, kind=kind, **kw)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_allclose(got, ref, atol=1e-12)
+
+
+def test_multihead_rhs_and_blocks():
+    Qh, Kh = RNG.normal(size=(2, 4, 4))
+    Vh = RNG.normal(size=(4, 4))
+    Ah, Ch = figs.multihead_blocks(Qh, Kh, Vh, n_heads=2)
+    assert Ah.shape == Ch.shape == (2, 4, 4)
+    np.testing.assert_allclose(Ah[1], Kh[2:].T @ Qh[2:] / math.sqrt(2))
+    np.testing.assert_allclose(Ch[0][2:], 0.0)
+    S4 = np.eye(4) + 0.1
+    ref = pde.moment_field("multihead", 4, A=Ah, V=Ch, heads=2)(np.zeros(4), S4)[1]
+    np.testing.assert_allclose(
+        figs.covariance_rhs(S4, kind="multihead", A=Ah, V=Ch), ref, atol=1e-12
+    )
+    with pytest.raises(ValueError, match="Q and K"):
+        figs.multihead_blocks(Qh[:3], Kh[:3], n_heads=2)
+
+
+def test_batched_rhs_per_member_and_tensor_in_tensor_out():
+    Ss = np.stack([S, 2 * S])
+    As = np.stack([A, -A])
+    got = figs.covariance_rhs(torch.tensor(Ss), kind="softmax", A=As)
+    assert isinstance(got, torch.Tensor)
+    np.testing.assert_allclose(
+        got[1].numpy(), figs.covariance_rhs(2 * S, kind="softmax", A=-A)
+    )
+
+
+def test_flow_matches_the_identity_value_closed_form():
+    grid = figs.trace_one_grid(4, radius=0.5)
+    An = -np.outer([1.0, 0.5], [1.0, 0.5])
+    t = np.array([0.0, 1.0, 10.0])
+    fl = figs.batched_covariance_flow(grid, t, kind="softmax", A=An)
+    for b, S0 in enumerate(grid):
+        np.testing.assert_allclose(
+            fl.cov[:, b], cf.identity_value_covariance(t, S0, An), atol=1e-7
+        )
+    assert not fl.exploded.any() and np.isinf(fl.explode_time).all()
+
+
+def test_flow_flags_explosions():
+    fl = figs.batched_covariance_flow(
+        np.eye(2) / 2, [0.0, 5.0], kind="softmax", A=np.eye(2)
+    )
+    assert fl.exploded.all() and fl.explode_time[0] == 5.0
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="Q and K"):
+        figs.covariance_rhs(S, kind="l2", A=A)
+    with pytest.raises(ValueError, match="takes A"):
+        figs.covariance_rhs(S, kind="softmax", Q=Q, K=K)
+    with pytest.raises(ValueError, match="A must be"):
+        figs.covariance_rhs(S, kind="softmax", A=np.eye(2))
+    with pytest.raises(ValueError):
+        figs.covariance_rhs(S, kind="sigmoid", A=A)
+    with pytest.raises(ValueError, match="radius"):
+        figs.trace_one_grid(3, radius=2.0)
+    with pytest.raises(TypeError, match="ranks"):
+        figs.rank_counts([0.5, 1.0], 3)
+    with pytest.raises(ValueError, match="0..3"):
+        figs.rank_counts(np.array([4]), 3)
+
+
+def test_grid_disc_and_rank_counts():
+    grid = figs.trace_one_grid(5, radius=1.0)
+    np.testing.assert_allclose(np.trace(grid, axis1=1, axis2=2), 1.0)
+    assert (np.linalg.eigvalsh(grid) > 0).all()
+    u = np.array([0.6, 0.8])
+    np.testing.assert_allclose(
+        np.linalg.norm(figs.disc_coordinates(np.outer(u, u))), 1.0
+    )
+    rc = figs.rank_counts(np.array([1, 2, 2, 3]), 4)
+    assert (
+        rc["counts"].tolist() == [0, 1, 2, 1, 0]
+        and rc["above"] == 1
+        and rc["bound"] == 2
+    )
+
+
+def test_plot_helpers_draw():
+    grid = figs.trace_one_grid(3, radius=0.5)
+    fl = figs.batched_covariance_flow(
+        grid, [0.0, 1.0, 2.0], kind="softmax", A=-np.eye(2)
+    )
+    fig = plt.figure()
+    ax3 = fig.add_subplot(1, 3, 1, projection="3d")
+    figs.plot_cone_paths(ax3, fl.cov, line=np.diag([1.0, 0.0]), title="x")
+    figs.plot_disc_paths(fig.add_subplot(1, 3, 2), fl.cov, marks=[[1.0, 0.0]])
+    rc = figs.plot_rank_histogram(fig.add_subplot(1, 3, 3), np.array([1, 2, 3]), 3)
+    assert rc["above"] == 1
+    plt.close(fig)
