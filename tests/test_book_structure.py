@@ -226,3 +226,17 @@ def test_code_cells_are_short():
         if (n := sum(1 for line in src.splitlines() if line.strip())) > 25
     ]
     assert not long, "\n".join(long)
+
+
+def test_chapter_figures_fit_the_page():
+    """A figure wider than the text column is shrunk, and its labels with it: a chapter's
+    ``figsize`` is at most ``plotting.PAGE_WIDTH_IN`` wide (wrap panels into rows instead)."""
+    from attnbook.plotting import PAGE_WIDTH_IN
+
+    wide = [
+        f"{md.relative_to(ROOT)} cell {i}: figsize width {w}"
+        for md, i, src in _code_cells()
+        for w in re.findall(r"figsize\s*=\s*\(\s*([0-9.]+)", src)
+        if float(w) > PAGE_WIDTH_IN
+    ]
+    assert not wide, "\n".join(wide)
