@@ -121,6 +121,17 @@ def bench_ensemble(quick: bool, device):
         f"\n[2] batched ensemble of {n} seeds vs a loop of {n} models "
         f"({steps} SGD steps, batch {batch}, context {context}, device {device})"
     )
+    # warm-up: torch's first calls (kernel selection, lazy imports) are not part of either cost
+    for k in (1, n):
+        train(
+            OneLayerTransformer(4, 8, n_models=k, eps=1e-2, seed=0, device=device),
+            MarkovWindows(
+                P, batch=batch, context=context, n_models=k, seed=0, device=device
+            ),
+            n_steps=5,
+            lr=0.25,
+            progress=False,
+        )
     t0 = time.perf_counter()
     ens = OneLayerTransformer(4, 8, n_models=n, eps=1e-2, seed=0, device=device)
     train(
