@@ -148,7 +148,10 @@ def _losses_from_counts(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
     Phi = W0 @ WQ @ WK.transpose(-1, -2) @ W0.transpose(-1, -2)  # (E, d, d)
     e_idx = torch.arange(W0.shape[0], device=W0.device)[:, None]
     phi_q = Phi[e_idx, q]  # (E, B, d): scores of the query against every type
-    w = counts * torch.exp(phi_q - phi_q.amax(-1, keepdim=True))
+    # shift by the largest score among the keys present (as a softmax over positions does)
+    shift = phi_q.masked_fill(counts == 0, float("-inf")).amax(-1, keepdim=True)
+    shift = torch.nan_to_num(shift.detach(), neginf=0.0)  # no key at all: no output
+    w = counts * torch.exp(phi_q - shift)
     z = w.sum(-1, keepdim=True)
     w = w / torch.where(z > 0, z, torch.ones_like(z))  # all keys masked -> no output
     logits = w @ M  # (E, B, d)
