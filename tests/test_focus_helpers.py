@@ -223,3 +223,17 @@ def test_population_adam_is_torch_adam_on_the_exact_loss():
     np.testing.assert_allclose(run.W0[-1], w[0].detach().numpy(), atol=1e-12)
     with pytest.raises(ValueError, match="optimizer"):
         focus.gradient_descent(start, P, lr=0.1, n_steps=2, optimizer="sgd")
+
+
+def test_window_attention_entropy_of_uniform_attention_is_log_of_the_keys():
+    """W_Q = 0: uniform attention over the unmasked positions, entropy log(count)."""
+    p = focus.init_params(4, 3, eps=0.5, seed=0, n_models=2)
+    p = focus.Params(p.W0, p.W1, torch.zeros_like(p.WQ), p.WK)
+    ctx = torch.tensor([[0, 1, 2, 3, 0, 1], [3, 3, 3, 3, 3, 1]])
+    H = metrics.window_attention_entropy(p, ctx)
+    np.testing.assert_allclose(H, np.log(6.0), atol=1e-12)
+    mask = torch.tensor([False, False, False, True])
+    H = metrics.window_attention_entropy(p, ctx, masked_keys=mask)
+    np.testing.assert_allclose(H, (np.log(5.0) + np.log(1.0)) / 2, atol=1e-12)
+    one = metrics.window_attention_entropy(focus.Params(*(x[0] for x in p)), ctx)
+    assert isinstance(one, float)
