@@ -302,7 +302,6 @@ def sample_ensemble(cfg: SampleConfig) -> dict[str, np.ndarray]:
         "error_all": gap.max(0),
         "stage_times_sample": np.array([[st[s] for s in STAGES] for st in st_run]),
         "stage_times_pop": np.array([[st[s] for s in STAGES] for st in st_ref]),
-        "wall_s": np.array(run.wall_s),
     }
 
 
@@ -320,7 +319,6 @@ SAMPLE_DIMS = {
     "error_all": ("model",),
     "stage_times_sample": ("model", "stage"),
     "stage_times_pop": ("model", "stage"),
-    "wall_s": (),
 }
 
 register(
@@ -429,7 +427,7 @@ def zipf_gd_ensemble(cfg: ZipfConfig) -> dict[str, np.ndarray]:
         "loss": run.loss,
         "entropy_uniform": mt["entropy_uniform"],
         "key_mass": mt["attention"].mean(-2),  # (time, model, key token)
-        "sv_W0": mt["sv_W0"],
+        "sv_W0": mt["sv_W0"][..., :8],  # the first 8: enough for the escapes we look at
         "stage_times": np.array([[st[s] for s in STAGES] for st in stages]),
     }
 
