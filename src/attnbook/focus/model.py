@@ -146,8 +146,9 @@ def _losses_from_counts(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
         counts = counts.masked_fill(masked_keys, 0.0)
     M = W0 @ W1  # (E, d, d)
     Phi = W0 @ WQ @ WK.transpose(-1, -2) @ W0.transpose(-1, -2)  # (E, d, d)
-    e_idx = torch.arange(W0.shape[0], device=W0.device)[:, None]
-    phi_q = Phi[e_idx, q]  # (E, B, d): scores of the query against every type
+    # (E, B, d): scores of each window's query against every type (a gather: its backward
+    # is a scatter-add, cheaper than advanced indexing's)
+    phi_q = Phi.gather(1, q.unsqueeze(-1).expand(*q.shape, Phi.shape[-1]))
     # shift by the largest score among the keys present (as a softmax over positions does)
     shift = phi_q.masked_fill(counts == 0, float("-inf")).amax(-1, keepdim=True)
     shift = torch.nan_to_num(shift.detach(), neginf=0.0)  # no key at all: no output
@@ -387,11 +388,9 @@ class MarkovWindows(_Windows):
         frac = uK - fK
         jK = fK.long()
         codes = []
-        for b in range(n_blocks):
-            idx = x * K + jK[b]
-            code = torch.where(
-                frac[b] < self._accept.take(idx), jK[b], self._alias.take(idx)
-            )
+        for jb, fb in zip(jK.unbind(0), frac.unbind(0)):
+            idx = jb.add(x, alpha=K)  # row x of the alias tables, column jb
+            code = torch.where(fb < self._accept.take(idx), jb, self._alias.take(idx))
             codes.append(code)
             x = self._last.take(code)
         return first, codes
@@ -417,10 +416,12 @@ class MarkovWindows(_Windows):
             )
         head, onehot, block = self._tables[dtype]
         d = onehot.shape[0]
-        counts = onehot.index_select(0, first)
-        for code in codes[:-1]:  # every block but the last: all k tokens are keys
-            counts = counts + block.index_select(0, code)
-        counts = counts + head.index_select(0, codes[-1])
+        counts = onehot.index_select(0, first) + head.index_select(0, codes[-1])
+        if len(codes) > 1:  # every block but the last: all k tokens are keys
+            inner = torch.cat(codes[:-1])
+            counts = counts + block.index_select(0, inner).view(-1, *counts.shape).sum(
+                0
+            )
         if self.block == 1 and len(codes) > 1:
             query = self._last[codes[-2]]
         elif self.block == 1:
@@ -524,7 +525,7 @@ def train(
     opt = torch.optim.Adam(params, lr=lr, foreach=True) if optimizer == "adam" else None
     mk = model.masked_keys
     rec_step, rec_loss, rec_w = [], [], []
-    running = torch.zeros(model.n_models, dtype=torch.float64, device=model.W0.device)
+    running = torch.zeros(model.n_models, dtype=model.W0.dtype, device=model.W0.device)
     n_run = 0
     it = range(steps + 1)
     if progress:
