@@ -146,9 +146,8 @@ def _losses_from_counts(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
         counts = counts.masked_fill(masked_keys, 0.0)
     M = W0 @ W1  # (E, d, d)
     Phi = W0 @ WQ @ WK.transpose(-1, -2) @ W0.transpose(-1, -2)  # (E, d, d)
-    # (E, B, d): scores of each window's query against every type (a gather: its backward
-    # is a scatter-add, cheaper than advanced indexing's)
-    phi_q = Phi.gather(1, q.unsqueeze(-1).expand(*q.shape, Phi.shape[-1]))
+    e_idx = torch.arange(W0.shape[0], device=W0.device)[:, None]
+    phi_q = Phi[e_idx, q]  # (E, B, d): scores of the query against every type
     # shift by the largest score among the keys present (as a softmax over positions does)
     shift = phi_q.masked_fill(counts == 0, float("-inf")).amax(-1, keepdim=True)
     shift = torch.nan_to_num(shift.detach(), neginf=0.0)  # no key at all: no output
@@ -525,7 +524,7 @@ def train(
     opt = torch.optim.Adam(params, lr=lr, foreach=True) if optimizer == "adam" else None
     mk = model.masked_keys
     rec_step, rec_loss, rec_w = [], [], []
-    running = torch.zeros(model.n_models, dtype=model.W0.dtype, device=model.W0.device)
+    running = torch.zeros(model.n_models, dtype=torch.float64, device=model.W0.device)
     n_run = 0
     it = range(steps + 1)
     if progress:
