@@ -188,5 +188,52 @@ def test_plots_run():
     assert len(fig.axes) == 2
     fig2 = plots.attention_maps([np.eye(3)] * 2, ["a", "b"])
     fig3 = plots.embedding_paths(np.random.default_rng(0).random((5, 3, 3)), [0, 4])
-    for f in (fig, fig2, fig3):
+    err = np.random.default_rng(1).random((2, 3, 4)) + 0.1
+    fig4 = plots.error_panels([64, 256], [8, 32, 128], err)
+    assert len(fig4.axes) == 2
+    with pytest.raises(ValueError, match="err must have shape"):
+        plots.error_panels([64], [8, 32, 128], err)
+    for f in (fig, fig2, fig3, fig4):
         plt.close(f)
+
+
+def test_rank_one_params_is_the_m1_model_of_the_reduced_coordinates():
+    """The m = 1 weights give the same loss as the reduced coordinates embedded in m = 6."""
+    P = perturbed_chain(4, 0.7, 0.02, 0.5)
+    y = np.random.default_rng(0).normal(size=10) * 0.5
+    p1 = theory.rank_one_params(y)
+    assert p1.W0.shape == (4, 1) and p1.WQ.shape == (1, 1)
+    a = focus.population_loss(*p1, P)
+    b = focus.population_loss(*theory.reduced_to_params(y, 6), P)
+    assert abs(float(a) - float(b)) < 1e-12
+    with pytest.raises(ValueError, match="y must be"):
+        theory.rank_one_params(np.zeros(5))
+
+
+def test_population_adam_is_torch_adam_on_the_exact_loss():
+    P = perturbed_chain(4, 0.7, 0.02, 0.5)
+    start = focus.init_params(4, 3, eps=0.1, seed=0)
+    run = focus.gradient_descent(start, P, lr=0.01, n_steps=5, optimizer="adam")
+    w = [x.clone().requires_grad_(True) for x in start]
+    opt = torch.optim.Adam(w, lr=0.01)
+    for _ in range(5):
+        opt.zero_grad()
+        focus.population_loss(*w, P).backward()
+        opt.step()
+    np.testing.assert_allclose(run.W0[-1], w[0].detach().numpy(), atol=1e-12)
+    with pytest.raises(ValueError, match="optimizer"):
+        focus.gradient_descent(start, P, lr=0.1, n_steps=2, optimizer="sgd")
+
+
+def test_window_attention_entropy_of_uniform_attention_is_log_of_the_keys():
+    """W_Q = 0: uniform attention over the unmasked positions, entropy log(count)."""
+    p = focus.init_params(4, 3, eps=0.5, seed=0, n_models=2)
+    p = focus.Params(p.W0, p.W1, torch.zeros_like(p.WQ), p.WK)
+    ctx = torch.tensor([[0, 1, 2, 3, 0, 1], [3, 3, 3, 3, 3, 1]])
+    H = metrics.window_attention_entropy(p, ctx)
+    np.testing.assert_allclose(H, np.log(6.0), atol=1e-12)
+    mask = torch.tensor([False, False, False, True])
+    H = metrics.window_attention_entropy(p, ctx, masked_keys=mask)
+    np.testing.assert_allclose(H, (np.log(5.0) + np.log(1.0)) / 2, atol=1e-12)
+    one = metrics.window_attention_entropy(focus.Params(*(x[0] for x in p)), ctx)
+    assert isinstance(one, float)

@@ -18,6 +18,7 @@ from attnbook.focus import (
 )
 from attnbook.focus.model import TrainingDiverged, markov_context_loss
 from attnbook.markov import lazy_chain, perturbed_chain, sample_sequences
+from attnbook.markov import stationary as markov_stationary
 
 torch.set_num_threads(1)
 
@@ -183,3 +184,38 @@ def test_markov_context_loss_matches_sampled_target_loss_in_expectation():
     a = float(markov_context_loss(p, w[:, :-1], P))
     b = float(finite_loss(p, w))
     assert abs(a - b) < 0.03
+
+
+@pytest.mark.parametrize("context", [1, 3, 8, 12])
+def test_markov_windows_counts_match_windows_and_the_chain(context):
+    """sample_counts gives the key counts, query and target of the windows the same draw
+    builds; windows have the chain's stationary law and transitions."""
+    P = perturbed_chain(4, 0.6, 0.05, 0.5)
+    s = MarkovWindows(P, batch=40, context=context, n_models=3, seed=0, device="cpu")
+    state = s.gen.get_state()
+    w = s(0)
+    s.gen.set_state(state)
+    counts, q, y = s.sample_counts(0)
+    ref = torch.nn.functional.one_hot(w[..., :-1], 4).sum(-2).double()
+    torch.testing.assert_close(counts, ref)
+    assert torch.equal(q, w[..., -2]) and torch.equal(y, w[..., -1])
+    big = MarkovWindows(P, batch=40000, context=context, seed=1, device="cpu")(0)[0]
+    pi = torch.bincount(big[:, 0], minlength=4).double() / big.shape[0]
+    torch.testing.assert_close(pi, markov_stationary(P), atol=0.01, rtol=0)
+    x, z = big[:, -2], big[:, -1]
+    C = torch.zeros(4, 4, dtype=torch.float64)
+    C.index_put_((x, z), torch.ones(len(x), dtype=torch.float64), accumulate=True)
+    torch.testing.assert_close(C / C.sum(1, keepdim=True), P, atol=0.03, rtol=0)
+
+
+def test_training_by_counts_equals_the_windows_loss():
+    """train() on Markov windows uses key counts; its recorded loss is finite_loss."""
+    P = perturbed_chain(4, 0.6, 0.05, 0.5)
+    m = OneLayerTransformer(4, 5, n_models=2, eps=0.3, seed=0, dtype=torch.float64)
+    p0 = m.params()
+    s = MarkovWindows(P, batch=16, context=6, n_models=2, seed=3, device="cpu")
+    w = MarkovWindows(P, batch=16, context=6, n_models=2, seed=3, device="cpu")(0)
+    res = train(m, s, n_steps=1, lr=0.1, record_every=1, progress=False)
+    torch.testing.assert_close(
+        torch.as_tensor(res.loss[0]), finite_loss(p0, w).double(), rtol=1e-12, atol=0
+    )

@@ -9,7 +9,9 @@ SciPy on the CPU whatever ``device`` says (it is recorded); ``dtype`` is float64
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -17,6 +19,35 @@ import torch
 from .. import focus, markov
 from ..focus.metrics import analyse_flow
 from . import Experiment, Scale, register
+
+
+def load_archive(name: str, *, start=None):
+    """The archived sweep ``results/<name>`` as an ``xarray.Dataset``
+    (:func:`attnbook.experiments.load`), for the chapters.
+
+    Looks in ``$ATTNBOOK_RESULTS_DIR`` if set, then in ``results/`` of ``start`` (default: the
+    working directory) and of each of its parents — a chapter runs from ``book/focus``.
+    Raises ``FileNotFoundError`` naming the command that makes the archive.
+    """
+    from . import load
+
+    if not isinstance(name, str) or not name:
+        raise TypeError("name must be the name of an experiment, e.g. 'focus-zipf'")
+    here = Path(start or Path.cwd()).resolve()
+    places = (
+        [Path(os.environ["ATTNBOOK_RESULTS_DIR"])]
+        if os.environ.get("ATTNBOOK_RESULTS_DIR")
+        else []
+    )
+    places += [p / "results" for p in (here, *here.parents)]
+    for place in places:
+        if (place / name / "manifest.json").is_file():
+            return load(place / name)
+    raise FileNotFoundError(
+        f"no archive results/{name} found from {here}; make it with "
+        f"`attnbook run {name} --scale book --out results/{name}`"
+    )
+
 
 STAGES = ("I_start", "I_end", "II_start", "II_end", "III_end", "IV_escape")
 
@@ -145,4 +176,286 @@ _register_flow(
             ),
         ),
     },
+)
+
+
+@dataclass(frozen=True)
+class SampleConfig:
+    """An ensemble of ``n_models`` seeds trained on sampled Markov windows (``n_windows`` per
+    step, context ``context``) and its population counterpart from the same initial weights
+    (full-batch GD or Adam on the exact loss, same ``lr`` and steps)."""
+
+    d: int = 4
+    m: int = 8
+    pi_top: float = 0.7
+    delta: float = 0.04
+    lam: float = 0.5
+    eps: float = 1e-3
+    optimizer: str = "sgd"
+    lr: float = 0.25  # SGD's (flow time t = step · lr)
+    adam_lr: float = 0.003  # Adam's (t is still reported as step · lr)
+    n_steps: int = 12000
+    n_windows: int = 1024
+    context: int = 64
+    n_models: int = 8
+    seed: int = 0
+    n_records: int = 400
+    device: str = "cpu"
+    dtype: str = "float64"
+
+
+def sample_ensemble(cfg: SampleConfig) -> dict[str, np.ndarray]:
+    """Train ``cfg.n_models`` seeds on sampled windows and follow the population reference.
+
+    Returns, at the recorded steps: the population loss along the sampled runs and along the
+    reference, the singular values of :math:`W_0` of both, the uniform attention entropy of
+    both; per model, the trajectory error :math:`\\max_t|L(\\theta_{\\rm sample}(t)) -
+    L(\\theta_{\\rm pop}(t))|` up to the end of stage III and over the whole run, and the stage
+    times of both (:func:`attnbook.focus.metrics.stage_times`).
+    """
+    from ..focus import metrics
+
+    dtype = getattr(torch, cfg.dtype)
+    P = markov.perturbed_chain(cfg.d, cfg.pi_top, cfg.delta, cfg.lam)
+    model = focus.OneLayerTransformer(
+        cfg.d,
+        cfg.m,
+        n_models=cfg.n_models,
+        eps=cfg.eps,
+        seed=cfg.seed,
+        dtype=dtype,
+        device=cfg.device,
+    )
+    start = focus.Params(*(x.double().cpu() for x in model.params()))
+    rec = np.unique(
+        np.concatenate(
+            [
+                np.linspace(0, min(cfg.n_steps, 800), cfg.n_records // 2).round(),
+                np.geomspace(1, cfg.n_steps, cfg.n_records // 2).round(),
+                [cfg.n_steps],
+            ]
+        ).astype(int)
+    )
+    sampler = focus.MarkovWindows(
+        P,
+        batch=cfg.n_windows,
+        context=cfg.context,
+        n_models=cfg.n_models,
+        seed=cfg.seed + 1,
+        device=cfg.device,
+    )
+    lr = cfg.adam_lr if cfg.optimizer == "adam" else cfg.lr
+    run = focus.train(
+        model,
+        sampler,
+        n_steps=cfg.n_steps,
+        lr=lr,
+        optimizer=cfg.optimizer,
+        record_steps=rec,
+        progress=False,
+    )
+    ref_steps = int(np.gcd.reduce(np.diff(rec))) if len(rec) > 1 else 1
+    ref = focus.gradient_descent(
+        start,
+        P,
+        lr=lr,
+        n_steps=cfg.n_steps,
+        record_every=ref_steps,
+        optimizer="gd" if cfg.optimizer == "sgd" else "adam",
+    )
+    keep = np.searchsorted(np.round(ref.t / lr).astype(int), rec)
+    pi = markov.stationary(P).numpy()
+    W_run = [torch.as_tensor(x) for x in (run.W0, run.W1, run.WQ, run.WK)]
+    L_run = focus.population_loss(*W_run, P).numpy()
+    W_ref = [np.asarray(x)[keep] for x in (ref.W0, ref.W1, ref.WQ, ref.WK)]
+    L_ref = ref.loss[keep]
+    m_run = metrics.trajectory_metrics(*W_run, pi)
+    m_ref = metrics.trajectory_metrics(*W_ref, pi)
+    t = rec * lr
+    n = cfg.n_models
+    st_run = [
+        metrics.stage_times(t, L_run[:, k], {x: m_run[x][:, k] for x in m_run}, pi)
+        for k in range(n)
+    ]
+    st_ref = [
+        metrics.stage_times(t, L_ref[:, k], {x: m_ref[x][:, k] for x in m_ref}, pi)
+        for k in range(n)
+    ]
+    gap = np.abs(L_run - L_ref)
+    # up to the end of stage III of the reference (the whole run if it has no stage III)
+    ends = [st["III_end"] if np.isfinite(st["III_end"]) else t[-1] for st in st_ref]
+    err_123 = np.array([gap[t <= ends[k], k].max() for k in range(n)])
+    return {
+        "t": t,
+        "pi": pi,
+        "loss_sample": L_run,
+        "loss_pop": L_ref,
+        "loss_batch": run.loss,
+        "sv_W0_sample": m_run["sv_W0"],
+        "sv_W0_pop": m_ref["sv_W0"],
+        "entropy_uniform_sample": m_run["entropy_uniform"],
+        "entropy_uniform_pop": m_ref["entropy_uniform"],
+        "error_I_III": err_123,
+        "error_all": gap.max(0),
+        "stage_times_sample": np.array([[st[s] for s in STAGES] for st in st_run]),
+        "stage_times_pop": np.array([[st[s] for s in STAGES] for st in st_ref]),
+    }
+
+
+SAMPLE_DIMS = {
+    "t": ("time",),
+    "pi": ("token",),
+    "loss_sample": ("time", "model"),
+    "loss_pop": ("time", "model"),
+    "loss_batch": ("time", "model"),
+    "sv_W0_sample": ("time", "model", "sv"),
+    "sv_W0_pop": ("time", "model", "sv"),
+    "entropy_uniform_sample": ("time", "model"),
+    "entropy_uniform_pop": ("time", "model"),
+    "error_I_III": ("model",),
+    "error_all": ("model",),
+    "stage_times_sample": ("model", "stage"),
+    "stage_times_pop": ("model", "stage"),
+}
+
+register(
+    Experiment(
+        name="focus-sample",
+        part="I",
+        description="SGD on sampled Markov windows vs the population GD, over the number of "
+        "windows N per step and the context length s (stages I–III)",
+        function=sample_ensemble,
+        config=SampleConfig,
+        dims=SAMPLE_DIMS,
+        note="trajectory error = max_t |L(θ_SGD(t)) − L(θ_GD(t))| (population loss) up to the "
+        "end of stage III; stage names: " + ", ".join(STAGES),
+        scales={
+            "smoke": Scale(
+                axes={"n_windows": (16, 64), "context": (8,)},
+                fixed=dict(m=4, n_models=2, n_steps=40, n_records=20, eps=1e-2),
+            ),
+            "book": Scale(
+                axes={"n_windows": (64, 256, 1024), "context": (8, 32, 128)},
+                fixed=dict(n_steps=640, n_records=160),
+            ),
+            "paper": Scale(
+                axes={
+                    "n_windows": (64, 256, 1024, 4096, 16384),
+                    "context": (8, 16, 32, 64, 128, 256),
+                    "seed": (0, 100),
+                },
+                fixed=dict(n_steps=640, n_records=160, n_models=16),
+            ),
+        },
+    )
+)
+
+register(
+    Experiment(
+        name="focus-sample-iv",
+        part="I",
+        description="SGD and Adam on sampled Markov windows through all four stages "
+        "(δ = 0.04), against full-batch GD / Adam on the population loss",
+        function=sample_ensemble,
+        config=SampleConfig,
+        dims=SAMPLE_DIMS,
+        note="population reference from the same initial weights, same lr and steps",
+        scales={
+            "smoke": Scale(
+                axes={"optimizer": ("sgd", "adam")},
+                fixed=dict(m=4, n_models=2, n_steps=40, n_records=20, eps=1e-2),
+            ),
+            "book": Scale(
+                axes={"optimizer": ("sgd", "adam")},
+                fixed=dict(n_windows=256, context=64, n_steps=12000),
+            ),
+            "paper": Scale(
+                axes={"optimizer": ("sgd", "adam"), "n_windows": (256, 1024, 4096)},
+                fixed=dict(context=128, n_steps=12000, n_models=16),
+            ),
+        },
+    )
+)
+
+
+@dataclass(frozen=True)
+class ZipfConfig:
+    """Full-batch GD on the population loss of a lazy chain with a Zipf(``zipf_s``) law over a
+    vocabulary of ``d`` tokens (embedding ``m = d``), ``n_models`` seeds at once."""
+
+    d: int = 16
+    zipf_s: float = 1.0
+    lam: float = 0.5
+    eps: float = 1e-3
+    lr: float = 0.2
+    n_steps: int = 10000
+    record_every: int = 25
+    n_models: int = 4
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float64"
+
+
+def zipf_gd_ensemble(cfg: ZipfConfig) -> dict[str, np.ndarray]:
+    """Population GD for a Zipf law at vocabulary size ``d``: loss, uniform attention entropy,
+    the attention mass each key token receives (averaged uniformly over queries), singular
+    values of :math:`W_0` and the stage times of every seed."""
+    from ..focus import metrics
+
+    pi = torch.tensor(zipf_law(cfg.d, cfg.zipf_s))
+    P = markov.lazy_chain(pi, cfg.lam)
+    start = focus.init_params(
+        cfg.d, cfg.d, eps=cfg.eps, n_models=cfg.n_models, seed=cfg.seed
+    )
+    run = focus.gradient_descent(
+        start, P, lr=cfg.lr, n_steps=cfg.n_steps, record_every=cfg.record_every
+    )
+    W = [torch.as_tensor(x) for x in (run.W0, run.W1, run.WQ, run.WK)]
+    mt = metrics.trajectory_metrics(*W, pi)
+    stages = [
+        metrics.stage_times(
+            run.t, run.loss[:, k], {x: mt[x][:, k] for x in mt}, pi.numpy()
+        )
+        for k in range(cfg.n_models)
+    ]
+    return {
+        "t": run.t,
+        "pi": pi.numpy(),
+        "loss": run.loss,
+        "entropy_uniform": mt["entropy_uniform"],
+        "key_mass": mt["attention"].mean(-2),  # (time, model, key token)
+        "sv_W0": mt["sv_W0"][..., :8],  # the first 8: enough for the escapes we look at
+        "stage_times": np.array([[st[s] for s in STAGES] for st in stages]),
+    }
+
+
+register(
+    Experiment(
+        name="focus-zipf-gd",
+        part="I",
+        description="population GD over the vocabulary size d (Zipf(1) law, m = d, λ = 0.5)",
+        function=zipf_gd_ensemble,
+        config=ZipfConfig,
+        dims={
+            "t": ("time",),
+            "pi": ("token",),
+            "loss": ("time", "model"),
+            "entropy_uniform": ("time", "model"),
+            "key_mass": ("time", "model", "token"),
+            "sv_W0": ("time", "model", "sv"),
+            "stage_times": ("model", "stage"),
+        },
+        note="full-batch GD (lr 0.2) on the exact population loss; the token axis has "
+        "length d, padded with NaN to the largest d of the sweep by the store",
+        scales={
+            "smoke": Scale(axes={"d": (3, 4)}, fixed=dict(n_steps=50, n_models=2)),
+            "book": Scale(
+                axes={"d": (8, 16, 32, 64)}, fixed=dict(n_steps=10000, record_every=50)
+            ),
+            "paper": Scale(
+                axes={"d": (8, 16, 32, 64, 128), "seed": (0, 100)},
+                fixed=dict(n_steps=50000, record_every=100, n_models=8),
+            ),
+        },
+    )
 )

@@ -397,3 +397,24 @@ def change_correlation(w_a, w_b) -> np.ndarray:
     for i in range(1, len(a)):
         out[i] = np.corrcoef(da[i], db[i])[0, 1]
     return out
+
+
+def window_attention_entropy(params, contexts, *, masked_keys=None) -> np.ndarray:
+    r"""Measured position-level attention entropy on actual contexts.
+
+    For each model of ``params`` (weights with a leading model dimension ``E``, or one set) and
+    each context of ``contexts`` (``(B, s)`` shared, or ``(E, B, s)``), the entropy
+    :math:`-\sum_j a_j\log a_j` of the attention over the ``s`` positions
+    (:func:`attnbook.focus.finite_forward`; masked positions take no weight), averaged over the
+    contexts that have at least one unmasked key. Returns ``(E,)`` (a float for one set).
+    This is the finite-context quantity that :func:`position_entropy` approximates.
+    """
+    from .model import finite_forward
+
+    with torch.no_grad():
+        _, attn = finite_forward(params, contexts, masked_keys=masked_keys)
+    attn = attn.double()
+    H = linalg.entropy(attn, dim=-1)  # (…, B)
+    live = attn.sum(-1) > 0.5  # a context with every key masked has no attention
+    out = (H * live).sum(-1) / live.sum(-1).clamp_min(1)
+    return out.cpu().numpy() if out.dim() else float(out)

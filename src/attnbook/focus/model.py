@@ -30,7 +30,7 @@ import torch
 from .. import attention
 from ..device import as_generator, default_device
 from ..errors import TrainingDiverged
-from ..markov import as_stochastic_matrix, sample_sequences, stationary
+from ..markov import as_stochastic_matrix, stationary
 from ..results import load_fields, save_fields
 from ..validation import check_choice, check_positive, check_positive_int
 from .population import Params, check_params, init_params
@@ -121,6 +121,42 @@ def finite_loss(params: Params, windows, *, masked_keys=None) -> torch.Tensor:
         target = target.expand(logits.shape[:-1])
     logp = torch.log_softmax(logits, dim=-1)
     return -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).mean(-1)
+
+
+def _count_losses(W0, W1, WQ, WK, windows, masked_keys=None) -> torch.Tensor:
+    r"""Per-model loss of ``windows`` (E, B, s+1) in token space (no validation, no host sync).
+
+    The attention output depends on a context only through its query and the count
+    :math:`n_k` of each token type among the keys: :math:`f = \sum_k n_k e^{\Phi_{qk}} M_k /
+    \sum_k n_k e^{\Phi_{qk}}`. This is :func:`finite_loss` exactly, at :math:`O(d^2)` per
+    window instead of :math:`O(sm)`; the training loop calls it on every step.
+    """
+    d = W0.shape[-2]
+    ctx = windows[..., :-1]
+    counts = torch.zeros(*ctx.shape[:-1], d, dtype=W0.dtype, device=W0.device)
+    counts.scatter_add_(-1, ctx, torch.ones_like(ctx, dtype=W0.dtype))
+    return _losses_from_counts(
+        W0, W1, WQ, WK, counts, ctx[..., -1], windows[..., -1], masked_keys
+    )
+
+
+def _losses_from_counts(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
+    """Per-model mean cross-entropy from key counts (E, B, d), queries and targets (E, B)."""
+    if masked_keys is not None:
+        counts = counts.masked_fill(masked_keys, 0.0)
+    M = W0 @ W1  # (E, d, d)
+    Phi = W0 @ WQ @ WK.transpose(-1, -2) @ W0.transpose(-1, -2)  # (E, d, d)
+    e_idx = torch.arange(W0.shape[0], device=W0.device)[:, None]
+    phi_q = Phi[e_idx, q]  # (E, B, d): scores of the query against every type
+    # shift by the largest score among the keys present (as a softmax over positions does)
+    shift = phi_q.masked_fill(counts == 0, float("-inf")).amax(-1, keepdim=True)
+    shift = torch.nan_to_num(shift.detach(), neginf=0.0)  # no key at all: no output
+    w = counts * torch.exp(phi_q - shift)
+    z = w.sum(-1, keepdim=True)
+    w = w / torch.where(z > 0, z, torch.ones_like(z))  # all keys masked -> no output
+    logits = w @ M  # (E, B, d)
+    lse = torch.logsumexp(logits, -1)
+    return (lse - logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)).mean(-1)
 
 
 def markov_context_loss(
@@ -250,21 +286,154 @@ class _Windows:
         raise NotImplementedError
 
 
+def _alias_tables(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Walker–Vose alias tables of each row of ``probs`` (rows sum to one): a draw is
+    ``j = floor(K u)``, kept if the fractional part of ``K u`` is below ``accept[j]``,
+    else ``alias[j]``."""
+    n_rows, K = probs.shape
+    accept = np.ones((n_rows, K))
+    alias = np.tile(np.arange(K), (n_rows, 1))
+    for r in range(n_rows):
+        q = probs[r] * K
+        small = [j for j in range(K) if q[j] < 1.0]
+        large = [j for j in range(K) if q[j] >= 1.0]
+        while small and large:
+            j, g = small.pop(), large.pop()
+            accept[r, j], alias[r, j] = q[j], g
+            q[g] -= 1.0 - q[j]
+            (small if q[g] < 1.0 else large).append(g)
+    return accept, alias
+
+
+_ALIAS_CACHE: dict = {}
+
+
 class MarkovWindows(_Windows):
     """Fresh Markov windows each step: ``(n_models, batch, context+1)``, each model its own
     stream, drawn from one generator (stationary start, so each window is stationary).
 
     ``MarkovWindows(P, *, batch, context, n_models=1, seed=None, device=None)``.
+
+    All windows of all models come from one vectorised draw: the chain advances ``k`` tokens
+    at a time, drawing one of the ``d**k`` paths of length ``k`` from the current token with
+    Walker's alias method (O(1) per draw), so a window of ``s+1`` tokens costs
+    ``ceil(s/k)`` small kernels and no Python work per window.
     """
 
+    max_block_paths = 4096  # largest table d**k of k-token paths
+
     def _prepare(self, P) -> None:
-        self.P = as_stochastic_matrix(P, "P").to(self.device)
+        P = as_stochastic_matrix(P, "P")
+        if P.dim() != 2:
+            raise ValueError("P must be one d×d chain")
+        self.P = P.to(self.device)
+        d = P.shape[-1]
+        k = 1
+        for j in range(1, self.context + 1):  # the longest block that tiles the context
+            if d**j > self.max_block_paths:
+                break
+            if self.context % j == 0:
+                k = j
+        self.block, self._n_paths = k, d**k
+        key = (P.numpy().tobytes(), k)
+        if key not in _ALIAS_CACHE:
+            # T[x, path] = P[x, c1] P[c1, c2] ... P[c_{k-1}, c_k]; the path's last token is
+            # its code mod d (lexicographic order, last token least significant)
+            T = P.clone()
+            for _ in range(k - 1):
+                T = (T[:, :, None] * P[torch.arange(T.shape[1]) % d][None]).reshape(
+                    d, -1
+                )
+            rows = np.concatenate([stationary(P).numpy()[None], np.zeros((1, 0))], 1)
+            acc_pi, ali_pi = _alias_tables(rows)
+            acc, ali = _alias_tables((T / T.sum(-1, keepdim=True)).numpy())
+            _ALIAS_CACHE[key] = (acc, ali, acc_pi[0], ali_pi[0])
+        acc, ali, acc_pi, ali_pi = _ALIAS_CACHE[key]
+        self._accept = torch.as_tensor(acc.reshape(-1), device=self.device)
+        self._alias = torch.as_tensor(ali.reshape(-1), device=self.device)
+        self._accept_pi = torch.as_tensor(acc_pi, device=self.device)
+        self._alias_pi = torch.as_tensor(ali_pi, device=self.device)
+        codes = torch.arange(self._n_paths)
+        digits = [(codes // d ** (k - 1 - i)) % d for i in range(k)]
+        self._paths = torch.stack(digits, -1).to(self.device)  # code -> its k tokens
+        self._last = digits[-1].to(self.device)  # code -> its last token
+        # code -> the count of each token type among its first k-1 tokens (the last one of
+        # the final block is the target, not a key)
+        head = torch.nn.functional.one_hot(self._paths[:, :-1], d).sum(1)
+        self._head_counts = head.to(torch.float64)
+        self._last_onehot = torch.eye(d, dtype=torch.float64, device=self.device)
+        self._block_counts = self._head_counts + self._last_onehot[self._last]
+        self._tables = {}
+        self._prev = (self._paths[:, -2] if k > 1 else self._paths[:, -1]).to(
+            self.device
+        )
+
+    def _codes(self):
+        n = self.n_models * self.batch
+        k, K = self.block, self._n_paths
+        d = self._accept_pi.shape[0]
+        n_blocks = self.context // k
+        u = torch.rand(
+            1 + n_blocks, n, generator=self.gen, device=self.device, dtype=torch.float64
+        )
+        ud = (u[0] * d).floor_()  # u < 1, so floor(K u) < K: no clamp needed
+        j = ud.long()
+        x = torch.where(
+            u[0] * d - ud < self._accept_pi.take(j), j, self._alias_pi.take(j)
+        )
+        first = x
+        uK = u[1:] * K
+        fK = uK.floor()
+        frac = uK - fK
+        jK = fK.long()
+        codes = []
+        for jb, fb in zip(jK.unbind(0), frac.unbind(0)):
+            idx = jb.add(x, alpha=K)  # row x of the alias tables, column jb
+            code = torch.where(fb < self._accept.take(idx), jb, self._alias.take(idx))
+            codes.append(code)
+            x = self._last.take(code)
+        return first, codes
 
     def __call__(self, step: int) -> torch.Tensor:
-        x = sample_sequences(
-            self.P, self.n_models * self.batch, self.context + 1, seed=self.gen
+        first, codes = self._codes()
+        n = first.shape[0]
+        toks = self._paths[torch.stack(codes, 1)].reshape(n, -1)  # (n, blocks·k)
+        w = torch.cat([first[:, None], toks], dim=1)
+        return w.reshape(self.n_models, self.batch, self.context + 1)
+
+    def sample_counts(self, step: int, dtype=torch.float64):
+        """A fresh batch as ``(counts, query, target)``: for each window, the count of each
+        token type among its ``context`` keys ``(n_models, batch, d)``, its query (last
+        context token) and its target, without building the windows. Same law as
+        ``self(step)``; :func:`train` uses it."""
+        first, codes = self._codes()
+        if dtype not in self._tables:
+            self._tables[dtype] = (
+                self._head_counts.to(dtype),
+                self._last_onehot.to(dtype),
+                self._block_counts.to(dtype),
+            )
+        head, onehot, block = self._tables[dtype]
+        d = onehot.shape[0]
+        counts = onehot.index_select(0, first) + head.index_select(0, codes[-1])
+        if len(codes) > 1:  # every block but the last: all k tokens are keys
+            inner = torch.cat(codes[:-1])
+            counts = counts + block.index_select(0, inner).view(-1, *counts.shape).sum(
+                0
+            )
+        if self.block == 1 and len(codes) > 1:
+            query = self._last[codes[-2]]
+        elif self.block == 1:
+            query = first
+        else:
+            query = self._prev[codes[-1]]
+        target = self._last[codes[-1]]
+        shape = (self.n_models, self.batch)
+        return (
+            counts.to(dtype).reshape(*shape, d),
+            query.reshape(shape),
+            target.reshape(shape),
         )
-        return x.reshape(self.n_models, self.batch, self.context + 1)
 
 
 class TextWindows(_Windows):
@@ -351,9 +520,9 @@ def train(
         record = {int(s) for s in np.asarray(record_steps).ravel()}
         if min(record) < 0 or max(record) > steps:
             raise ValueError(f"record_steps must lie in [0, {steps}]")
-    opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(
-        model.parameters(), lr=lr
-    )
+    params = [model.W0, model.W1, model.WQ, model.WK]
+    opt = torch.optim.Adam(params, lr=lr, foreach=True) if optimizer == "adam" else None
+    mk = model.masked_keys
     rec_step, rec_loss, rec_w = [], [], []
     running = torch.zeros(model.n_models, dtype=torch.float64, device=model.W0.device)
     n_run = 0
@@ -363,38 +532,57 @@ def train(
 
         it = tqdm(it, desc=f"training {model.n_models} model(s)", leave=False)
     t0 = time.perf_counter()
+    by_counts = (
+        isinstance(sampler, MarkovWindows) and sampler.n_models == model.n_models
+    )
+    if isinstance(sampler, MarkovWindows) and sampler.P.shape[-1] != model.d:
+        raise ValueError(
+            f"the sampler's chain has {sampler.P.shape[-1]} tokens, model d = {model.d}"
+        )
     for k in it:
-        batch = sampler(k)
-        losses = model.loss(batch)
-        running += losses.detach().double()
+        if by_counts:  # Markov windows straight to key counts: no window is built
+            counts, q, y = sampler.sample_counts(k, dtype=model.W0.dtype)
+            losses = _losses_from_counts(*params, counts, q, y, mk)
+        else:
+            batch = sampler(k)
+            if k == 0:  # validate the sampler's output once; later steps trust it
+                batch = _tokens(batch, "sampler output", model.d).to(model.W0.device)
+            if batch.dim() == 2:
+                batch = batch.unsqueeze(0).expand(model.n_models, *batch.shape)
+            losses = _count_losses(*params, batch, mk)
+        running += losses.detach()
         n_run += 1
         if k in record:
+            # the only host sync: a divergence check at each recorded step
             if not bool(torch.isfinite(running).all()):
                 raise TrainingDiverged(
                     f"training loss became non-finite by step {k} (lr = {lr})",
                     time=k,
-                    partial=rec_w,
+                    partial=[[x.cpu().double().numpy() for x in r] for r in rec_w],
                     times=np.array(rec_step),
                 )
             rec_step.append(k)
-            rec_loss.append((running / n_run).cpu().numpy())
-            rec_w.append(
-                [x.detach().cpu().double().numpy().copy() for x in model.params()]
-            )
-            running.zero_()
+            rec_loss.append(running / n_run)
+            rec_w.append([x.detach().clone() for x in params])
+            running = torch.zeros_like(running)
             n_run = 0
         if k < steps:
-            opt.zero_grad(set_to_none=True)
-            losses.sum().backward()
-            opt.step()
+            grads = torch.autograd.grad(losses.sum(), params)
+            if opt is None:  # plain SGD: one fused update, no optimizer bookkeeping
+                with torch.no_grad():
+                    torch._foreach_add_(params, grads, alpha=-lr)
+            else:
+                for x, g in zip(params, grads):
+                    x.grad = g
+                opt.step()
     wall = time.perf_counter() - t0
-    W = [np.stack([r[i] for r in rec_w]) for i in range(4)]
+    W = [torch.stack([r[i] for r in rec_w]).cpu().double().numpy() for i in range(4)]
     info = {"optimizer": optimizer, "device": str(model.W0.device)}
     if model.masked_keys is not None:
         info["masked_keys"] = model.masked_keys.cpu().numpy()
     return TrainResult(
         step=np.array(rec_step),
-        loss=np.stack(rec_loss),
+        loss=torch.stack(rec_loss).cpu().double().numpy(),
         W0=W[0],
         W1=W[1],
         WQ=W[2],

@@ -139,3 +139,40 @@ def embedding_paths(coords, marks=(), *, figsize=(9, 3.6)):
         ax.set_ylabel(f"PC{j}")
     axes[0].legend(fontsize=7)
     return fig
+
+
+def error_panels(n_windows, contexts, err, *, figsize=(8, 3.2)):
+    """Two log-log panels of a trajectory error ``err`` (N, s, seed): (a) against the number
+    of windows ``n_windows`` (one line per context), (b) against the context length
+    ``contexts`` (one line per N), mean ± one standard deviation over seeds, with an
+    :math:`s^{-1/2}` guide in (b)."""
+    import matplotlib.pyplot as plt
+
+    err = np.asarray(err, float)
+    n_windows, contexts = np.asarray(n_windows), np.asarray(contexts)
+    if err.shape[:2] != (len(n_windows), len(contexts)):
+        raise ValueError("err must have shape (len(n_windows), len(contexts), n_seeds)")
+    mean, sd = (
+        err.mean(-1),
+        err.std(-1, ddof=1) if err.shape[-1] > 1 else 0 * err[..., 0],
+    )
+    fig, (a, b) = plt.subplots(1, 2, figsize=figsize)
+    for j, s in enumerate(contexts):
+        a.errorbar(
+            n_windows, mean[:, j], sd[:, j], marker="o", capsize=3, label=f"s = {s}"
+        )
+    for i, n in enumerate(n_windows):
+        b.errorbar(contexts, mean[i], sd[i], marker="o", capsize=3, label=f"N = {n}")
+    guide = mean[-1, 0] * (contexts / contexts[0]) ** -0.5
+    b.plot(contexts, guide, "k--", lw=1, label="∝ s^{-1/2}")
+    for ax, x, title in (
+        (a, "windows per step N", "(a) against N"),
+        (b, "context length s", "(b) against s"),
+    ):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(x)
+        ax.set_ylabel("trajectory error")
+        ax.set_title(title)
+        ax.legend(fontsize=9)
+    return fig

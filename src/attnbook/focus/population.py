@@ -565,12 +565,18 @@ def gradient_descent(
     record_every: int = 1,
     masked_keys=None,
     max_norm: float = 1e6,
+    optimizer: str = "gd",
     progress: bool = False,
 ) -> FlowResult:
     r"""Full-batch gradient descent :math:`\theta_{k+1} = \theta_k - \eta\nabla L(\theta_k)` on the
-    population loss (the Euler discretisation of the flow; time :math:`t = k\eta`). Batched."""
+    population loss (the Euler discretisation of the flow; time :math:`t = k\eta`). Batched.
+
+    ``optimizer="adam"`` takes Adam's steps (torch's defaults :math:`\beta = (0.9, 0.999)`,
+    :math:`10^{-8}`) on the exact gradient instead: the deterministic counterpart of Adam on
+    sampled windows (:func:`attnbook.focus.train` with ``optimizer="adam"``)."""
     p = _as_start(params)
     lr = check_positive(lr, "lr")
+    optimizer = check_choice(optimizer, "optimizer", ("gd", "adam"))
     n_steps = check_positive_int(n_steps, "n_steps")
     record_every = check_positive_int(record_every, "record_every")
     P, pi = _chain(P, p.W0.dtype, p.W0.device)
@@ -601,8 +607,22 @@ def gradient_descent(
                 rec_t.append(k * lr)
                 rec_p.append([x.clone() for x in p])
                 rec_l.append(loss.clone())
-            if k < n_steps:
+            if k < n_steps and optimizer == "gd":
                 p = Params(*(x - lr * gx for x, gx in zip(p, g)))
+            elif k < n_steps:
+                if k == 0:
+                    mom = [torch.zeros_like(x) for x in p]
+                    var = [torch.zeros_like(x) for x in p]
+                b1, b2 = 0.9, 0.999
+                mom = [b1 * a + (1 - b1) * gx for a, gx in zip(mom, g)]
+                var = [b2 * v + (1 - b2) * gx * gx for v, gx in zip(var, g)]
+                c1, c2 = 1 - b1 ** (k + 1), 1 - b2 ** (k + 1)
+                p = Params(
+                    *(
+                        x - lr * (a / c1) / ((v / c2).sqrt() + 1e-8)
+                        for x, a, v in zip(p, mom, var)
+                    )
+                )
     wall = time.perf_counter() - t0
     stack = [torch.stack([r[i] for r in rec_p]).cpu().numpy() for i in range(4)]
     return FlowResult(
@@ -617,7 +637,7 @@ def gradient_descent(
         wall_s=wall,
         n_fev=n_steps + 1,
         info={
-            "method": "gd",
+            "method": optimizer,
             "lr": lr,
             **({"masked_keys": mk.cpu().numpy()} if mk is not None else {}),
         },

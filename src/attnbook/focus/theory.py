@@ -394,6 +394,26 @@ def reduced_to_params(y, m: int, *, alpha=None, alpha_tilde=None) -> Params:
     )
 
 
+def rank_one_params(y) -> Params:
+    r"""The ``m = 1`` weights of reduced coordinates ``y = [γ, β, λ_Q, λ_K]``:
+    :math:`W_0 = \gamma`, :math:`W_1 = \beta^\top`, :math:`W_Q = \lambda_Q`, :math:`W_K = \lambda_K`.
+
+    With one embedding dimension every weight is rank one, so the loss of these weights is the
+    loss on the rank-one manifold and its Hessian (:func:`attnbook.focus.population_hessian`)
+    is the Hessian **along** the manifold (the tangential directions), for any ``m``.
+    """
+    t = torch.as_tensor(np.asarray(y, float))
+    if t.ndim != 1 or t.numel() < 6 or t.numel() % 2:
+        raise ValueError("y must be a vector [gamma (d), beta (d), lambda_Q, lambda_K]")
+    d = (t.numel() - 2) // 2
+    return Params(
+        t[:d, None].clone(),
+        t[None, d : 2 * d].clone(),
+        t[2 * d].reshape(1, 1).clone(),
+        t[2 * d + 1].reshape(1, 1).clone(),
+    )
+
+
 def project_rank_one(params) -> np.ndarray:
     r"""Reduced coordinates ``[γ, β, λ_Q, λ_K]`` of the rank-one point nearest to ``params``.
 
