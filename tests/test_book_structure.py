@@ -240,3 +240,18 @@ def test_chapter_figures_fit_the_page():
         if float(w) > PAGE_WIDTH_IN
     ]
     assert not wide, "\n".join(wide)
+
+
+def test_no_formatter_artefacts_in_chapter_code():
+    """A string broken into fragments of a word or two ("in ", "the ") by a formatter reads
+    badly in the book: implicit concatenations are wrapped at the line width, so every piece
+    but the last of a run fills most of its line."""
+    piece = re.compile(r'^\s*f?"((?:[^"\\]|\\.)*)"(,?)\s*$')
+    found = []
+    for md, i, src in _code_cells():
+        lines = src.splitlines()
+        for line, after in zip(lines, lines[1:]):
+            m = piece.match(line)
+            if m and not m.group(2) and piece.match(after) and len(m.group(1)) < 40:
+                found.append(f"{md.relative_to(ROOT)} cell {i}: {line.strip()}")
+    assert not found, "\n".join(found)

@@ -12,6 +12,7 @@ from attnbook.focus import (
     embedding_pca,
     growth_rate_fit,
     init_params,
+    metrics,
     population_flow,
     stage_times,
     trajectory_metrics,
@@ -161,3 +162,14 @@ def test_time_grid_and_flow_progress_bar():
         progress=True,
     )
     assert r.t.shape == (6,) and np.all(np.diff(r.loss) <= 1e-12)
+
+
+def test_first_time_below_per_column_and_never():
+    t = np.array([0.0, 1.0, 2.0, 3.0])
+    y = np.array([[5.0, 5.0], [2.0, 5.0], [0.5, 5.0], [0.1, 4.0]])
+    out = metrics.first_time_below(y, t, 1.0)
+    assert out.tolist() == [2.0, 3.0]  # the second never gets below: the run's end
+    with pytest.raises(ValueError, match="curves"):
+        metrics.first_time_below(y[:2], t, 1.0)
+    with pytest.raises(ValueError, match="times"):
+        metrics.first_time_below(y, t[:, None], 1.0)

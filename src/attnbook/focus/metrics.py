@@ -28,6 +28,7 @@ from ..markov import as_probability_vector
 from ..validation import as_tensor
 
 __all__ = [
+    "first_time_below",
     "attention_mass_by_type",
     "singular_values",
     "stable_rank",
@@ -418,3 +419,26 @@ def window_attention_entropy(params, contexts, *, masked_keys=None) -> np.ndarra
     live = attn.sum(-1) > 0.5  # a context with every key masked has no attention
     out = (H * live).sum(-1) / live.sum(-1).clamp_min(1)
     return out.cpu().numpy() if out.dim() else float(out)
+
+
+def first_time_below(curves, times, level) -> np.ndarray:
+    """First time at which each curve falls below ``level``, or the last time if it never does.
+
+    ``curves`` is ``(time, ...)`` (one column per model or seed), ``times`` the matching 1-D
+    grid. Returns an array of the trailing shape. A curve that never gets below ``level`` is
+    reported at ``times[-1]``, so statistics over models are lower bounds on the true times.
+    """
+    y = np.asarray(
+        curves.detach().cpu() if hasattr(curves, "detach") else curves, float
+    )
+    t = np.asarray(times.detach().cpu() if hasattr(times, "detach") else times, float)
+    if t.ndim != 1:
+        raise ValueError(f"times must be 1-D, got shape {t.shape}")
+    if y.ndim < 1 or y.shape[0] != t.shape[0]:
+        raise ValueError(
+            f"curves must have {t.shape[0]} rows (one per time), got shape {y.shape}"
+        )
+    if not np.isfinite(float(level)):
+        raise ValueError(f"level must be finite, got {level!r}")
+    below = y < level
+    return np.where(below.any(0), t[below.argmax(0)], t[-1])

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..plotting import PAGE_WIDTH_IN, panel_columns
+
 __all__ = [
     "STAGE_COLOURS",
     "shade_stages",
@@ -77,7 +79,8 @@ def curve_panels(
     import matplotlib.pyplot as plt
 
     n = len(panels)
-    ncols = ncols or n
+    # one row when the caller sizes the figure; otherwise wrap at the page width
+    ncols = ncols or (n if figsize else panel_columns(n, 3.2))
     nrows = int(np.ceil(n / ncols))
     fig, axes = plt.subplots(
         nrows, ncols, figsize=figsize or (3.2 * ncols, 2.9 * nrows), squeeze=False
@@ -100,7 +103,7 @@ def curve_panels(
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("t")
         if any(label for _, label, _ in curves):
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=8)
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
     return fig
@@ -110,7 +113,9 @@ def attention_maps(maps, titles, *, figsize=None):
     """Heat maps of long-context attention matrices :math:`w_q(k)` (rows: queries q)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(maps), figsize=figsize or (2.6 * len(maps), 2.6))
+    fig, axes = plt.subplots(
+        1, len(maps), figsize=figsize or (min(2.6 * len(maps), PAGE_WIDTH_IN), 2.6)
+    )
     for ax, w, title in zip(np.atleast_1d(axes), maps, titles):
         ax.imshow(np.asarray(w), vmin=0, vmax=1, cmap="viridis")
         ax.set_title(title, fontsize=9)
@@ -120,7 +125,7 @@ def attention_maps(maps, titles, *, figsize=None):
     return fig
 
 
-def embedding_paths(coords, marks=(), *, figsize=(9, 3.6)):
+def embedding_paths(coords, marks=(), *, figsize=(7.5, 3.4)):
     """PCA paths of token embeddings (``coords`` (T, d, 3) from
     :func:`~attnbook.focus.metrics.embedding_pca`): PC1–PC2 and PC1–PC3, with markers at the
     time indices ``marks`` (circle, triangle, square, …)."""
@@ -141,7 +146,7 @@ def embedding_paths(coords, marks=(), *, figsize=(9, 3.6)):
     return fig
 
 
-def error_panels(n_windows, contexts, err, *, figsize=(8, 3.2)):
+def error_panels(n_windows, contexts, err, *, figsize=(7.5, 3.2)):
     """Two log-log panels of a trajectory error ``err`` (N, s, seed): (a) against the number
     of windows ``n_windows`` (one line per context), (b) against the context length
     ``contexts`` (one line per N), mean ± one standard deviation over seeds, with an
