@@ -428,3 +428,15 @@ def test_numpy_cpu_path_matches_torch_path(dtype, layer, n):
     torch.testing.assert_close(fast, slow, rtol=tol, atol=tol)
     traj = simulate(x[0], [0.0, 0.05], step_size=0.01, **layer, **extra)
     assert torch.isfinite(traj).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_numpy_cpu_path_with_large_scores_subtracts_the_max(dtype):
+    """Scores beyond exp's range (|<Ax, y>| up to ~1e3): the NumPy path shifts, stays finite."""
+    x = sample_gaussian(64, np.zeros(2), np.eye(2), seed=2, dtype=dtype)
+    A = 80.0 * np.eye(2)
+    fast = velocity(x, kind="softmax", A=A)
+    slow = velocity(x.clone().requires_grad_(True), kind="softmax", A=A).detach()
+    assert torch.isfinite(fast).all()
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(fast, slow, rtol=tol, atol=tol)
