@@ -397,3 +397,46 @@ def test_sample_gaussian_symmetric_cloud():
         sample_gaussian(7, m, S, symmetric=True)
     with pytest.raises(TypeError, match="symmetric"):
         sample_gaussian(6, m, S, symmetric=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(
+    "layer",
+    [
+        dict(kind="softmax"),
+        dict(kind="l2", Q=np.eye(3)[:2], K=np.eye(3)[1:]),
+        dict(kind="multihead", heads=2),
+        dict(kind="softmax", weights=np.arange(1.0, 41.0) / 820.0),
+    ],
+)
+@pytest.mark.parametrize("n", [40, 1100])
+def test_numpy_cpu_path_matches_torch_path(dtype, layer, n):
+    """The CPU velocity (NumPy products and exp) equals the torch one to round-off.
+
+    A tensor that needs gradients takes the torch path; n = 1100 covers the row blocks and the
+    skipped max-subtraction of large n."""
+    if "weights" in layer and n != 40:
+        layer = dict(layer, weights=np.full(n, 1.0 / n) * np.linspace(0.5, 1.5, n))
+        layer["weights"] /= layer["weights"].sum()
+    A = np.array([[0.3, -0.2, 0.1], [0.2, 0.1, 0.0], [0.0, 0.3, -0.1]])
+    x = sample_gaussian(n, np.zeros(3), np.eye(3), seed=1, batch=(2,), dtype=dtype)
+    extra = {} if "Q" in layer or layer["kind"] == "multihead" else dict(A=A)
+    fast = velocity(x, **layer, **extra)
+    slow = velocity(x.clone().requires_grad_(True), **layer, **extra).detach()
+    assert fast.dtype == dtype and fast.shape == x.shape
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(fast, slow, rtol=tol, atol=tol)
+    traj = simulate(x[0], [0.0, 0.05], step_size=0.01, **layer, **extra)
+    assert torch.isfinite(traj).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_numpy_cpu_path_with_large_scores_subtracts_the_max(dtype):
+    """Scores beyond exp's range (|<Ax, y>| up to ~1e3): the NumPy path shifts, stays finite."""
+    x = sample_gaussian(64, np.zeros(2), np.eye(2), seed=2, dtype=dtype)
+    A = 80.0 * np.eye(2)
+    fast = velocity(x, kind="softmax", A=A)
+    slow = velocity(x.clone().requires_grad_(True), kind="softmax", A=A).detach()
+    assert torch.isfinite(fast).all()
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(fast, slow, rtol=tol, atol=tol)
