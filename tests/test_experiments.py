@@ -92,7 +92,9 @@ def test_copyhead_step_rule_keeps_book_hashes_and_paper_uses_curvature_rule():
     new = E.run_point("copyhead-phase", cfg)
     old = E.run_point("copyhead-phase", dataclasses.replace(cfg, step_size=0.0))
     assert all(np.isfinite(v).all() for v in new.values())
-    assert not np.array_equal(new["action"], old["action"])  # another step, other chains
+    assert not np.array_equal(
+        new["action"], old["action"]
+    )  # another step, other chains
 
 
 # ---- a 2-worker local cluster, resume, load --------------------------------------------------

@@ -25,9 +25,9 @@ from .. import sgld, train
 from ..attention import resolve_kind
 from ..copyhead import (
     action,
-    diagnostics,
     copy_statistics,
     copy_task,
+    diagnostics,
     order_parameters,
     pooling_matrix,
     shift_matrix,
