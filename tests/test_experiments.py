@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -77,6 +78,23 @@ def test_points_are_deterministic_on_cpu():
     assert one.keys() == two.keys()
     for k in one:
         np.testing.assert_array_equal(one[k], two[k])
+
+
+def test_copyhead_step_rule_keeps_book_hashes_and_paper_uses_curvature_rule():
+    exp = E.get("copyhead-phase")
+    man = store.read_manifest(ROOT / "results" / "copyhead-phase")
+    assert [E.config_hash(c) for _, c in exp.points("book")] == [
+        p["hash"] for p in man["points"]
+    ]
+    assert {c.step_size for _, c in exp.points("paper")} == {-0.25}
+    (_, cfg), *_ = exp.points("smoke")
+    cfg = dataclasses.replace(cfg, method="sgld", kind="linear", step_size=-0.25)
+    new = E.run_point("copyhead-phase", cfg)
+    old = E.run_point("copyhead-phase", dataclasses.replace(cfg, step_size=0.0))
+    assert all(np.isfinite(v).all() for v in new.values())
+    assert not np.array_equal(
+        new["action"], old["action"]
+    )  # another step, other chains
 
 
 # ---- a 2-worker local cluster, resume, load --------------------------------------------------

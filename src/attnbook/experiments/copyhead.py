@@ -27,6 +27,7 @@ from ..copyhead import (
     action,
     copy_statistics,
     copy_task,
+    diagnostics,
     order_parameters,
     pooling_matrix,
     shift_matrix,
@@ -53,7 +54,7 @@ class CopyConfig:
     init_scale: float = 0.1
     n_steps: int = 1000
     lr: float = 0.05
-    step_size: float = 0.0  # 0: min(0.02, 2 / P)
+    step_size: float = 0.0  # 0: min(0.02, 2 / P); < 0: per block |step_size| / λ_max
     burn_in: int = 250
     thin: int = 5
     seed: int = 0
@@ -73,6 +74,22 @@ def _starts(cfg: CopyConfig, kind: str, dt, dev) -> torch.Tensor:
         return action.pack({"G": torch.cat([G0, G0 + hot])}).to(dev)
     G = torch.cat([G0, G0 + L * S])
     return action.pack({"G": G, "b": torch.zeros(2 * n, dtype=dt)}).to(dev)
+
+
+def _sgld_step(cfg: CopyConfig, stats, theta0: torch.Tensor, kind: str):
+    """The SGLD step of a point: ``step_size > 0`` as given; ``0`` the fixed
+    ``min(0.02, 2 / P)`` of the ``book`` archive; ``< 0`` the curvature rule of
+    :func:`attnbook.copyhead.diagnostics.block_step_sizes`, ``|step_size| / λ_max`` per block
+    (scores, bias) and per chain. The rule is encoded in the sign rather than a new field so
+    that the configs — and so the hashes — of the archived ``book`` points do not change."""
+    if cfg.step_size > 0:
+        return cfg.step_size
+    if cfg.step_size == 0:
+        return min(0.02, 2.0 / cfg.P)
+    eta, _ = diagnostics.block_step_sizes(
+        stats, theta0.detach(), kind=kind, fraction=-cfg.step_size, seed=cfg.seed + 3
+    )
+    return eta.to(theta0.device, theta0.dtype)
 
 
 def phase_point(cfg: CopyConfig) -> dict[str, np.ndarray]:
@@ -99,7 +116,7 @@ def phase_point(cfg: CopyConfig) -> dict[str, np.ndarray]:
         res = sgld.sample(
             potential,
             theta0,
-            step_size=cfg.step_size or min(0.02, 2.0 / cfg.P),
+            step_size=_sgld_step(cfg, stats, theta0, kind),
             n_steps=cfg.n_steps,
             burn_in=cfg.burn_in,
             thin=cfg.thin,
@@ -157,7 +174,10 @@ register(
                     "V": (4, 8, 16, 32),
                     "P": tuple(2**k for k in range(4, 15)),
                 },
-                fixed=dict(n_data=32, n_steps=20000, burn_in=5000, thin=20),
+                # SGLD: the curvature step rule, 0.25 / λ_max per block (see _sgld_step)
+                fixed=dict(
+                    n_data=32, n_steps=20000, burn_in=5000, thin=20, step_size=-0.25
+                ),
             ),
         },
     )
