@@ -361,3 +361,16 @@ def test_gpu_check_runs_on_cpu_at_tiny_sizes():
     assert "SGLD" in out and "Adam" in out
     for name in PARTS:
         assert name in out
+
+
+def test_rank_hist_point_keeps_every_draw():
+    from attnbook.experiments.pde import RankHistConfig, rank_hist_point
+
+    cfg = dict(d=3, n_draws=4, t_out=(1.0, 10.0), rtol=1e-6)
+    out = {k: rank_hist_point(RankHistConfig(kind=k, **cfg)) for k in ("softmax", "l2")}
+    for o in out.values():
+        assert o["eigvals"].shape == (2, 4, 3) and o["rank"].shape == (2, 4)
+        assert o["rank"].min() >= 1 and o["rank"].max() <= 3  # no draw dropped
+        assert not o["exploded"].any()
+    with pytest.raises(ValueError, match="kind"):
+        rank_hist_point(RankHistConfig(kind="sinkhorn", **cfg))
