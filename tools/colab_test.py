@@ -3,7 +3,8 @@
 1. a fresh virtual environment (``python -m venv``) with the CPU build of torch and only the
    packages Colab ships that the book relies on (numpy, scipy, sympy, matplotlib, tqdm,
    ipywidgets, pyyaml, ipykernel) plus nbclient to drive the notebooks — no attnbook, no POT;
-2. the data excerpts built from a local data folder (``$ATTNBOOK_DATA_DIR``) and served by an
+2. the data excerpts built from a local data folder (``$ATTNBOOK_DATA_DIR``), and the archived
+   sweeps of ``results/`` (``$ATTNBOOK_RESULTS_URL``), served by an
    HTTP server on 127.0.0.1 (``$ATTNBOOK_DATA_URL``); the notebooks run in an empty folder
    with no ``ATTNBOOK_DATA_DIR`` and no ``../shared`` in reach;
 3. each notebook installs attnbook through its own install cell, pointed at this checkout by
@@ -24,6 +25,7 @@ import functools
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -189,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             print("no local data folder: set ATTNBOOK_DATA_DIR (see README, Data)")
             return 1
         build_excerpts(tmp / "served", data_dir=data_dirs[0])
+        # the archived sweeps, served as the repository serves them at the release's tag
+        shutil.copytree(ROOT / "results", tmp / "served" / "results")
         work = tmp / "work"
         work.mkdir()
         env = {
@@ -210,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         with serve(tmp / "served") as url:
             env["ATTNBOOK_DATA_URL"] = url
+            env["ATTNBOOK_RESULTS_URL"] = url.rstrip("/") + "/results/"
             nbs = [ROOT / "book" / f"{i}.ipynb" for i in selected]
             run = functools.partial(
                 _execute, py, cwd=work, env=env, timeout=args.timeout

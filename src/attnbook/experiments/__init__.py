@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "load_archive",
     "SCALES",
     "DEVICES",
     "DTYPES",
@@ -226,3 +227,6 @@ def status(directory) -> dict:
     from .store import status as _status
 
     return _status(directory)
+
+
+from .archive import load_archive  # noqa: E402  (needs load, defined above)

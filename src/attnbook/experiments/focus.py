@@ -9,9 +9,7 @@ SciPy on the CPU whatever ``device`` says (it is recorded); ``dtype`` is float64
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -22,31 +20,11 @@ from . import Experiment, Scale, register
 
 
 def load_archive(name: str, *, start=None):
-    """The archived sweep ``results/<name>`` as an ``xarray.Dataset``
-    (:func:`attnbook.experiments.load`), for the chapters.
+    """The archived sweep ``results/<name>``: :func:`attnbook.experiments.archive.load_archive`
+    (kept here for the Part I chapters' imports)."""
+    from .archive import load_archive as _load
 
-    Looks in ``$ATTNBOOK_RESULTS_DIR`` if set, then in ``results/`` of ``start`` (default: the
-    working directory) and of each of its parents — a chapter runs from ``book/focus``.
-    Raises ``FileNotFoundError`` naming the command that makes the archive.
-    """
-    from . import load
-
-    if not isinstance(name, str) or not name:
-        raise TypeError("name must be the name of an experiment, e.g. 'focus-zipf'")
-    here = Path(start or Path.cwd()).resolve()
-    places = (
-        [Path(os.environ["ATTNBOOK_RESULTS_DIR"])]
-        if os.environ.get("ATTNBOOK_RESULTS_DIR")
-        else []
-    )
-    places += [p / "results" for p in (here, *here.parents)]
-    for place in places:
-        if (place / name / "manifest.json").is_file():
-            return load(place / name)
-    raise FileNotFoundError(
-        f"no archive results/{name} found from {here}; make it with "
-        f"`attnbook run {name} --scale book --out results/{name}`"
-    )
+    return _load(name, start=start)
 
 
 STAGES = ("I_start", "I_end", "II_start", "II_end", "III_end", "IV_escape")
