@@ -364,6 +364,23 @@ class MarkovWindows(_Windows):
         self._last_onehot = torch.eye(d, dtype=torch.float64, device=self.device)
         self._block_counts = self._head_counts + self._last_onehot[self._last]
         self._tables = {}
+        # a window's key counts as one int64: the count of type t in bits [t·b, (t+1)·b),
+        # b bits holding any count up to the context length (exact integer sums)
+        bits = self.context.bit_length()
+        self._packed = None
+        if d * bits <= 62:
+            shifts = torch.arange(d, device=self.device) * bits
+            self._field_mask = (1 << bits) - 1
+
+            def pack(c):
+                return (c.long() << shifts).sum(-1)
+
+            self._packed = (
+                shifts,
+                pack(self._last_onehot),
+                pack(self._head_counts),
+                pack(self._block_counts),
+            )
         self._prev = (self._paths[:, -2] if k > 1 else self._paths[:, -1]).to(
             self.device
         )
@@ -383,21 +400,21 @@ class MarkovWindows(_Windows):
         )
         first = x
         uK = u[1:] * K
-        fK = uK.floor()
-        frac = uK - fK
-        jK = fK.long()
-        codes = []
-        for jb, fb in zip(jK.unbind(0), frac.unbind(0)):
+        jK = uK.long()  # floor(K u): uK >= 0, so truncation is the floor
+        frac = torch.frac(uK)  # uK - floor(uK), the same rounding as the subtraction
+        codes = torch.empty(n_blocks, n, dtype=torch.long, device=self.device)
+        for jb, fb, out in zip(jK, frac, codes):
             idx = jb.add(x, alpha=K)  # row x of the alias tables, column jb
-            code = torch.where(fb < self._accept.take(idx), jb, self._alias.take(idx))
-            codes.append(code)
-            x = self._last.take(code)
+            torch.where(
+                fb < self._accept.take(idx), jb, self._alias.take(idx), out=out
+            )
+            x = self._last.take(out)
         return first, codes
 
     def __call__(self, step: int) -> torch.Tensor:
         first, codes = self._codes()
         n = first.shape[0]
-        toks = self._paths[torch.stack(codes, 1)].reshape(n, -1)  # (n, blocks·k)
+        toks = self._paths[codes.t()].reshape(n, -1)  # (n, blocks·k)
         w = torch.cat([first[:, None], toks], dim=1)
         return w.reshape(self.n_models, self.batch, self.context + 1)
 
@@ -415,12 +432,19 @@ class MarkovWindows(_Windows):
             )
         head, onehot, block = self._tables[dtype]
         d = onehot.shape[0]
-        counts = onehot.index_select(0, first) + head.index_select(0, codes[-1])
-        if len(codes) > 1:  # every block but the last: all k tokens are keys
-            inner = torch.cat(codes[:-1])
-            counts = counts + block.index_select(0, inner).view(-1, *counts.shape).sum(
-                0
-            )
+        if self._packed is not None:  # integer counts packed in one int64 per window
+            shifts, p_first, p_head, p_block = self._packed
+            packed = p_first.take(first) + p_head.take(codes[-1])
+            if len(codes) > 1:  # every block but the last: all k tokens are keys
+                packed += p_block.take(codes[:-1]).sum(0)
+            counts = (packed[:, None] >> shifts).bitwise_and_(self._field_mask)
+        else:
+            counts = onehot.index_select(0, first) + head.index_select(0, codes[-1])
+            if len(codes) > 1:
+                inner = codes[:-1].reshape(-1)
+                counts = counts + block.index_select(0, inner).view(
+                    -1, *counts.shape
+                ).sum(0)
         if self.block == 1 and len(codes) > 1:
             query = self._last[codes[-2]]
         elif self.block == 1:
