@@ -405,9 +405,7 @@ class MarkovWindows(_Windows):
         codes = torch.empty(n_blocks, n, dtype=torch.long, device=self.device)
         for jb, fb, out in zip(jK, frac, codes):
             idx = jb.add(x, alpha=K)  # row x of the alias tables, column jb
-            torch.where(
-                fb < self._accept.take(idx), jb, self._alias.take(idx), out=out
-            )
+            torch.where(fb < self._accept.take(idx), jb, self._alias.take(idx), out=out)
             x = self._last.take(out)
         return first, codes
 
