@@ -364,6 +364,7 @@ class MarkovWindows(_Windows):
         self._last_onehot = torch.eye(d, dtype=torch.float64, device=self.device)
         self._block_counts = self._head_counts + self._last_onehot[self._last]
         self._tables = {}
+        self._buffers = None
         # a window's key counts as one int64: the count of type t in bits [t·b, (t+1)·b),
         # b bits holding any count up to the context length (exact integer sums)
         bits = self.context.bit_length()
@@ -390,19 +391,22 @@ class MarkovWindows(_Windows):
         k, K = self.block, self._n_paths
         d = self._accept_pi.shape[0]
         n_blocks = self.context // k
-        u = torch.rand(
-            1 + n_blocks, n, generator=self.gen, device=self.device, dtype=torch.float64
-        )
-        ud = (u[0] * d).floor_()  # u < 1, so floor(K u) < K: no clamp needed
-        j = ud.long()
-        x = torch.where(
-            u[0] * d - ud < self._accept_pi.take(j), j, self._alias_pi.take(j)
-        )
+        if self._buffers is None:
+            # reused every call: arrays this size would be fresh pages from the allocator
+            f64 = torch.empty(
+                3, 1 + n_blocks, n, dtype=torch.float64, device=self.device
+            )
+            i64 = torch.empty(2, n_blocks, n, dtype=torch.long, device=self.device)
+            self._buffers = (f64[0], f64[1, 1:], f64[2, 1:], i64[0], i64[1])
+        u, uK, frac, jK, codes = self._buffers
+        torch.rand(u.shape, generator=self.gen, dtype=torch.float64, out=u)
+        ud = u[0] * d
+        j = ud.long()  # u < 1, so floor(d u) < d: no clamp needed
+        x = torch.where(ud.sub_(j) < self._accept_pi.take(j), j, self._alias_pi.take(j))
         first = x
-        uK = u[1:] * K
-        jK = uK.long()  # floor(K u): uK >= 0, so truncation is the floor
-        frac = torch.frac(uK)  # uK - floor(uK), the same rounding as the subtraction
-        codes = torch.empty(n_blocks, n, dtype=torch.long, device=self.device)
+        torch.mul(u[1:], K, out=uK)
+        jK.copy_(uK)  # floor(K u): uK >= 0, so truncation is the floor
+        torch.frac(uK, out=frac)  # uK - floor(uK), the same rounding as the subtraction
         for jb, fb, out in zip(jK, frac, codes):
             idx = jb.add(x, alpha=K)  # row x of the alias tables, column jb
             torch.where(fb < self._accept.take(idx), jb, self._alias.take(idx), out=out)
