@@ -146,14 +146,17 @@ def _losses_from_counts(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
         counts = counts.masked_fill(masked_keys, 0.0)
     M = W0 @ W1  # (E, d, d)
     Phi = W0 @ WQ @ WK.transpose(-1, -2) @ W0.transpose(-1, -2)  # (E, d, d)
-    e_idx = torch.arange(W0.shape[0], device=W0.device)[:, None]
-    phi_q = Phi[e_idx, q]  # (E, B, d): scores of the query against every type
+    # (E, B, d): row q of Phi, the scores of the query against every type
+    phi_q = Phi.gather(1, q[..., None].expand(*q.shape, Phi.shape[-1]))
     # shift by the largest score among the keys present (as a softmax over positions does)
-    shift = phi_q.masked_fill(counts == 0, float("-inf")).amax(-1, keepdim=True)
-    shift = torch.nan_to_num(shift.detach(), neginf=0.0)  # no key at all: no output
+    # (a constant: computed off the autograd graph)
+    shift = (
+        phi_q.detach().masked_fill(counts == 0, float("-inf")).amax(-1, keepdim=True)
+    )
+    shift = torch.nan_to_num_(shift, neginf=0.0)  # no key at all: no output
     w = counts * torch.exp(phi_q - shift)
     z = w.sum(-1, keepdim=True)
-    w = w / torch.where(z > 0, z, torch.ones_like(z))  # all keys masked -> no output
+    w = w / torch.where(z > 0, z, 1.0)  # all keys masked -> no output
     logits = w @ M  # (E, B, d)
     lse = torch.logsumexp(logits, -1)
     return (lse - logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)).mean(-1)
