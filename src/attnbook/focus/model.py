@@ -400,8 +400,10 @@ class MarkovWindows(_Windows):
                 3, 1 + n_blocks, n, dtype=torch.float64, device=self.device
             )
             i64 = torch.empty(2, n_blocks, n, dtype=torch.long, device=self.device)
-            self._buffers = (f64[0], f64[1, 1:], f64[2, 1:], i64[0], i64[1])
-        u, uK, frac, jK, codes = self._buffers
+            u, uK, frac, jK, codes = f64[0], f64[1, 1:], f64[2, 1:], i64[0], i64[1]
+            rows = list(zip(jK.unbind(0), frac.unbind(0), codes.unbind(0)))
+            self._buffers = (u, uK, frac, jK, codes, rows)
+        u, uK, frac, jK, codes, rows = self._buffers
         torch.rand(u.shape, generator=self.gen, dtype=torch.float64, out=u)
         ud = u[0] * d
         j = ud.long()  # u < 1, so floor(d u) < d: no clamp needed
@@ -410,7 +412,7 @@ class MarkovWindows(_Windows):
         torch.mul(u[1:], K, out=uK)
         jK.copy_(uK)  # floor(K u): uK >= 0, so truncation is the floor
         torch.frac(uK, out=frac)  # uK - floor(uK), the same rounding as the subtraction
-        for jb, fb, out in zip(jK, frac, codes):
+        for jb, fb, out in rows:  # views of the buffers' rows, made once
             idx = jb.add(x, alpha=K)  # row x of the alias tables, column jb
             torch.where(fb < self._accept.take(idx), jb, self._alias.take(idx), out=out)
             x = self._last.take(out)
