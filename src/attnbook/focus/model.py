@@ -403,6 +403,11 @@ class MarkovWindows(_Windows):
             u, uK, frac, jK, codes = f64[0], f64[1, 1:], f64[2, 1:], i64[0], i64[1]
             rows = list(zip(jK.unbind(0), frac.unbind(0), codes.unbind(0)))
             self._buffers = (u, uK, frac, jK, codes, rows)
+            if self.device.type == "cpu":  # NumPy views of the same memory
+                self._np_rows = [tuple(t.numpy() for t in r) for r in rows]
+                self._np_tables = tuple(
+                    t.numpy() for t in (self._accept, self._alias, self._last)
+                )
         u, uK, frac, jK, codes, rows = self._buffers
         torch.rand(u.shape, generator=self.gen, dtype=torch.float64, out=u)
         ud = u[0] * d
@@ -412,6 +417,15 @@ class MarkovWindows(_Windows):
         torch.mul(u[1:], K, out=uK)
         jK.copy_(uK)  # floor(K u): uK >= 0, so truncation is the floor
         torch.frac(uK, out=frac)  # uK - floor(uK), the same rounding as the subtraction
+        if self.device.type == "cpu":  # the same steps in NumPy: far less per-call cost
+            acc, ali, last = self._np_tables
+            xs = x.numpy()
+            for jb, fb, out in self._np_rows:
+                idx = jb + xs * K  # row x of the alias tables, column jb
+                ali.take(idx, out=out)
+                np.copyto(out, jb, where=fb < acc.take(idx))
+                xs = last.take(out)
+            return first, codes
         for jb, fb, out in rows:  # views of the buffers' rows, made once
             idx = jb.add(x, alpha=K)  # row x of the alias tables, column jb
             torch.where(fb < self._accept.take(idx), jb, self._alias.take(idx), out=out)
@@ -453,12 +467,12 @@ class MarkovWindows(_Windows):
                     -1, *counts.shape
                 ).sum(0)
         if self.block == 1 and len(codes) > 1:
-            query = self._last[codes[-2]]
+            query = self._last.take(codes[-2])
         elif self.block == 1:
             query = first
         else:
-            query = self._prev[codes[-1]]
-        target = self._last[codes[-1]]
+            query = self._prev.take(codes[-1])
+        target = self._last.take(codes[-1])
         shape = (self.n_models, self.batch)
         return (
             counts.to(dtype).reshape(*shape, d),
