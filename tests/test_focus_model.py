@@ -219,3 +219,34 @@ def test_training_by_counts_equals_the_windows_loss():
     torch.testing.assert_close(
         torch.as_tensor(res.loss[0]), finite_loss(p0, w).double(), rtol=1e-12, atol=0
     )
+
+
+@pytest.mark.parametrize("d,context", [(4, 32), (9, 40), (12, 40), (3, 7)])
+def test_markov_windows_fast_paths_keep_the_draws(d, context):
+    """The packed integer counts (and their float fallback for large d) equal the windows'
+    counts, and the CPU path draws the same tokens as the step-by-step alias draw from the
+    same uniforms (so archived runs reproduce)."""
+    g = torch.Generator().manual_seed(d)
+    P = torch.softmax(torch.randn(d, d, generator=g, dtype=torch.float64), -1)
+    s = MarkovWindows(P, batch=30, context=context, n_models=2, seed=5)
+    state = s.gen.get_state()
+    w = s(0)
+    s.gen.set_state(state)
+    counts, q, y = s.sample_counts(0, dtype=torch.float32)
+    ref = torch.nn.functional.one_hot(w[..., :-1], d).sum(-2).float()
+    assert torch.equal(counts, ref)
+    assert torch.equal(q, w[..., -2]) and torch.equal(y, w[..., -1])
+    # the reference: one block after another, in torch, from the same uniforms
+    s.gen.set_state(state)
+    u = torch.rand(1 + context // s.block, 60, generator=s.gen, dtype=torch.float64)
+    K = s._n_paths
+    j = (u[0] * d).floor().long()
+    x = torch.where(u[0] * d - j < s._accept_pi[j], j, s._alias_pi[j])
+    toks = [x[:, None]]
+    for ub in u[1:]:
+        jb = (ub * K).floor().long()
+        idx = x * K + jb
+        code = torch.where(ub * K - jb < s._accept[idx], jb, s._alias[idx])
+        toks.append(s._paths[code])
+        x = s._last[code]
+    assert torch.equal(w.reshape(60, -1), torch.cat(toks, 1))

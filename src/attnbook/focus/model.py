@@ -146,14 +146,17 @@ def _losses_from_counts(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
         counts = counts.masked_fill(masked_keys, 0.0)
     M = W0 @ W1  # (E, d, d)
     Phi = W0 @ WQ @ WK.transpose(-1, -2) @ W0.transpose(-1, -2)  # (E, d, d)
-    e_idx = torch.arange(W0.shape[0], device=W0.device)[:, None]
-    phi_q = Phi[e_idx, q]  # (E, B, d): scores of the query against every type
+    # (E, B, d): row q of Phi, the scores of the query against every type
+    phi_q = Phi.gather(1, q[..., None].expand(*q.shape, Phi.shape[-1]))
     # shift by the largest score among the keys present (as a softmax over positions does)
-    shift = phi_q.masked_fill(counts == 0, float("-inf")).amax(-1, keepdim=True)
-    shift = torch.nan_to_num(shift.detach(), neginf=0.0)  # no key at all: no output
+    # (a constant: computed off the autograd graph)
+    shift = (
+        phi_q.detach().masked_fill(counts == 0, float("-inf")).amax(-1, keepdim=True)
+    )
+    shift = torch.nan_to_num_(shift, neginf=0.0)  # no key at all: no output
     w = counts * torch.exp(phi_q - shift)
     z = w.sum(-1, keepdim=True)
-    w = w / torch.where(z > 0, z, torch.ones_like(z))  # all keys masked -> no output
+    w = w / torch.where(z > 0, z, 1.0)  # all keys masked -> no output
     logits = w @ M  # (E, B, d)
     lse = torch.logsumexp(logits, -1)
     return (lse - logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)).mean(-1)
@@ -364,6 +367,24 @@ class MarkovWindows(_Windows):
         self._last_onehot = torch.eye(d, dtype=torch.float64, device=self.device)
         self._block_counts = self._head_counts + self._last_onehot[self._last]
         self._tables = {}
+        self._buffers = None
+        # a window's key counts as one int64: the count of type t in bits [t·b, (t+1)·b),
+        # b bits holding any count up to the context length (exact integer sums)
+        bits = self.context.bit_length()
+        self._packed = None
+        if d * bits <= 62:
+            shifts = torch.arange(d, device=self.device) * bits
+            self._field_mask = (1 << bits) - 1
+
+            def pack(c):
+                return (c.long() << shifts).sum(-1)
+
+            self._packed = (
+                shifts,
+                pack(self._last_onehot),
+                pack(self._head_counts),
+                pack(self._block_counts),
+            )
         self._prev = (self._paths[:, -2] if k > 1 else self._paths[:, -1]).to(
             self.device
         )
@@ -373,31 +394,48 @@ class MarkovWindows(_Windows):
         k, K = self.block, self._n_paths
         d = self._accept_pi.shape[0]
         n_blocks = self.context // k
-        u = torch.rand(
-            1 + n_blocks, n, generator=self.gen, device=self.device, dtype=torch.float64
-        )
-        ud = (u[0] * d).floor_()  # u < 1, so floor(K u) < K: no clamp needed
-        j = ud.long()
-        x = torch.where(
-            u[0] * d - ud < self._accept_pi.take(j), j, self._alias_pi.take(j)
-        )
+        if self._buffers is None:
+            # reused every call: arrays this size would be fresh pages from the allocator
+            f64 = torch.empty(
+                3, 1 + n_blocks, n, dtype=torch.float64, device=self.device
+            )
+            i64 = torch.empty(2, n_blocks, n, dtype=torch.long, device=self.device)
+            u, uK, frac, jK, codes = f64[0], f64[1, 1:], f64[2, 1:], i64[0], i64[1]
+            rows = list(zip(jK.unbind(0), frac.unbind(0), codes.unbind(0)))
+            self._buffers = (u, uK, frac, jK, codes, rows)
+            if self.device.type == "cpu":  # NumPy views of the same memory
+                self._np_rows = [tuple(t.numpy() for t in r) for r in rows]
+                self._np_tables = tuple(
+                    t.numpy() for t in (self._accept, self._alias, self._last)
+                )
+        u, uK, frac, jK, codes, rows = self._buffers
+        torch.rand(u.shape, generator=self.gen, dtype=torch.float64, out=u)
+        ud = u[0] * d
+        j = ud.long()  # u < 1, so floor(d u) < d: no clamp needed
+        x = torch.where(ud.sub_(j) < self._accept_pi.take(j), j, self._alias_pi.take(j))
         first = x
-        uK = u[1:] * K
-        fK = uK.floor()
-        frac = uK - fK
-        jK = fK.long()
-        codes = []
-        for jb, fb in zip(jK.unbind(0), frac.unbind(0)):
+        torch.mul(u[1:], K, out=uK)
+        jK.copy_(uK)  # floor(K u): uK >= 0, so truncation is the floor
+        torch.frac(uK, out=frac)  # uK - floor(uK), the same rounding as the subtraction
+        if self.device.type == "cpu":  # the same steps in NumPy: far less per-call cost
+            acc, ali, last = self._np_tables
+            xs = x.numpy()
+            for jb, fb, out in self._np_rows:
+                idx = jb + xs * K  # row x of the alias tables, column jb
+                ali.take(idx, out=out)
+                np.copyto(out, jb, where=fb < acc.take(idx))
+                xs = last.take(out)
+            return first, codes
+        for jb, fb, out in rows:  # views of the buffers' rows, made once
             idx = jb.add(x, alpha=K)  # row x of the alias tables, column jb
-            code = torch.where(fb < self._accept.take(idx), jb, self._alias.take(idx))
-            codes.append(code)
-            x = self._last.take(code)
+            torch.where(fb < self._accept.take(idx), jb, self._alias.take(idx), out=out)
+            x = self._last.take(out)
         return first, codes
 
     def __call__(self, step: int) -> torch.Tensor:
         first, codes = self._codes()
         n = first.shape[0]
-        toks = self._paths[torch.stack(codes, 1)].reshape(n, -1)  # (n, blocks·k)
+        toks = self._paths[codes.t()].reshape(n, -1)  # (n, blocks·k)
         w = torch.cat([first[:, None], toks], dim=1)
         return w.reshape(self.n_models, self.batch, self.context + 1)
 
@@ -415,19 +453,26 @@ class MarkovWindows(_Windows):
             )
         head, onehot, block = self._tables[dtype]
         d = onehot.shape[0]
-        counts = onehot.index_select(0, first) + head.index_select(0, codes[-1])
-        if len(codes) > 1:  # every block but the last: all k tokens are keys
-            inner = torch.cat(codes[:-1])
-            counts = counts + block.index_select(0, inner).view(-1, *counts.shape).sum(
-                0
-            )
+        if self._packed is not None:  # integer counts packed in one int64 per window
+            shifts, p_first, p_head, p_block = self._packed
+            packed = p_first.take(first) + p_head.take(codes[-1])
+            if len(codes) > 1:  # every block but the last: all k tokens are keys
+                packed += p_block.take(codes[:-1]).sum(0)
+            counts = (packed[:, None] >> shifts).bitwise_and_(self._field_mask)
+        else:
+            counts = onehot.index_select(0, first) + head.index_select(0, codes[-1])
+            if len(codes) > 1:
+                inner = codes[:-1].reshape(-1)
+                counts = counts + block.index_select(0, inner).view(
+                    -1, *counts.shape
+                ).sum(0)
         if self.block == 1 and len(codes) > 1:
-            query = self._last[codes[-2]]
+            query = self._last.take(codes[-2])
         elif self.block == 1:
             query = first
         else:
-            query = self._prev[codes[-1]]
-        target = self._last[codes[-1]]
+            query = self._prev.take(codes[-1])
+        target = self._last.take(codes[-1])
         shape = (self.n_models, self.batch)
         return (
             counts.to(dtype).reshape(*shape, d),
