@@ -227,7 +227,7 @@ def copyhead_explorer(
 def explorer_figure(n_sequences, *, seq_len: int, vocab_size: int):
     """The explorer's view as one figure: the two actions at ``P`` (top) and the order
     parameters against ``P`` (bottom). Returns the figure (not shown)."""
-    fig = plt.figure(figsize=(7.5, 6.2))
+    fig = plt.figure(figsize=(7.5, 6.2), layout="constrained")
     grid = fig.add_gridspec(2, 2, height_ratios=(1, 1.2))
     plot_actions(
         [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])],
@@ -241,5 +241,4 @@ def explorer_figure(n_sequences, *, seq_len: int, vocab_size: int):
         seq_len=seq_len,
         vocab_size=vocab_size,
     )
-    fig.tight_layout()
     return fig

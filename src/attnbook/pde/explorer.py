@@ -183,7 +183,7 @@ def draw_gaussian_view(
     ``n_ellipses`` times, coloured from violet (t = 0) to yellow (the last time). Returns the axes.
     """
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(7.5, 3.4))
+        _, axes = plt.subplots(1, 2, figsize=(7.5, 3.4), layout="constrained")
     ax_eig, ax_shape = axes
     for k, style in ((1, "-"), (0, "--")):
         ax_eig.semilogy(
@@ -217,14 +217,17 @@ def explorer_grid(settings: dict, *, t_max: float = 6.0, panel_size: float = 3.0
         raise ValueError("settings must name at least one (A, V, cov0, kind)")
     n = len(settings)
     fig, axes = plt.subplots(
-        2, n, figsize=(panel_size * n + 1.2, 2 * panel_size), squeeze=False
+        2,
+        n,
+        figsize=(panel_size * n + 1.2, 2 * panel_size),
+        squeeze=False,
+        layout="constrained",
     )
     views = {}
     for j, (name, (A, V, S0, kind)) in enumerate(settings.items()):
         view = gaussian_view(A, V, S0, kind=kind, t_max=t_max)
         draw_gaussian_view(view, axes[:, j], title=f"{name}\n{view.fate}")
         views[name] = view
-    fig.tight_layout()
     return fig, views
 
 
@@ -281,7 +284,6 @@ def gaussian_explorer(*, kind: str = "softmax", t_max: float = 6.0):
             out.clear_output(wait=True)
             print(view.summary)
             draw_gaussian_view(view)
-            plt.tight_layout()
             plt.show()
 
     for w in (*controls.values(), kind_box):
