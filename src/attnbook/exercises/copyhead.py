@@ -17,6 +17,7 @@ from .. import sgld, train
 from ..copyhead import action as A
 from ..copyhead import copy_task, expected_statistics, order_parameters, token_mse
 from .core import as_array, assert_close, call, checker, fail, require_function
+from .core import randn as _randn
 
 __all__ = [
     "check_copy_data",
@@ -32,14 +33,6 @@ __all__ = [
 ]
 
 DT = torch.float64
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _randn(*shape, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=_gen(seed), dtype=DT)
 
 
 def _pair(label: str, out, on: str, what: str) -> tuple:

@@ -26,6 +26,8 @@ __all__ = [
     "as_array",
     "assert_close",
     "success",
+    "generator",
+    "randn",
 ]
 
 #: exercise label → checker (filled by the part modules when :mod:`attnbook.exercises` loads)
@@ -210,3 +212,13 @@ def assert_close(
 def _short(value, limit: int = 120) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def generator(seed: int) -> torch.Generator:
+    """A fresh CPU generator: every checker draws its test inputs from fixed seeds."""
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(*shape, seed: int) -> torch.Tensor:
+    """Standard normal float64 test input of ``shape`` from :func:`generator` ``(seed)``."""
+    return torch.randn(*shape, generator=generator(seed), dtype=torch.float64)

@@ -26,6 +26,7 @@ from .core import (
     fail,
     require_function,
 )
+from .core import generator as _gen
 
 __all__ = [
     "check_stationary",
@@ -43,10 +44,6 @@ __all__ = [
 ]
 
 F64 = torch.float64
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 def _random_chain(d: int, seed: int) -> torch.Tensor:

@@ -16,6 +16,7 @@ import torch
 from .. import attention as att
 from ..claims import student_t_interval
 from .core import as_array, assert_close, call, checker, fail, require_function
+from .core import randn as _randn
 
 __all__ = [
     "check_l2_weights",
@@ -23,14 +24,6 @@ __all__ = [
     "check_t_interval",
     "check_scaled_scores",
 ]
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _randn(*shape, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=_gen(seed), dtype=torch.float64)
 
 
 def _describe(**tensors) -> str:
