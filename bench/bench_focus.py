@@ -121,59 +121,34 @@ def bench_ensemble(quick: bool, device):
         f"\n[2] batched ensemble of {n} seeds vs a loop of {n} models "
         f"({steps} SGD steps, batch {batch}, context {context}, device {device})"
     )
+
+    def fit(n_models, seed, n_steps):
+        """Train ``n_models`` seeds as one batched model (the same code for 1 and for n)."""
+        model = OneLayerTransformer(
+            4, 8, n_models=n_models, eps=1e-2, seed=seed, device=device
+        )
+        windows = MarkovWindows(
+            P, batch=batch, context=context, n_models=n_models, seed=seed, device=device
+        )
+        train(model, windows, n_steps=n_steps, lr=0.25, record_every=10, progress=False)
+
     # warm-up: torch's first calls (kernel selection, lazy imports) are not part of either cost
     for k in (1, n):
-        train(
-            OneLayerTransformer(4, 8, n_models=k, eps=1e-2, seed=0, device=device),
-            MarkovWindows(
-                P, batch=batch, context=context, n_models=k, seed=0, device=device
-            ),
-            n_steps=5,
-            lr=0.25,
-            progress=False,
-        )
+        fit(k, 0, 5)
+
+    def timed(fits):
+        t0 = time.perf_counter()
+        for n_models, seed in fits:
+            fit(n_models, seed, steps)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
 
     def run_ensemble():
-        t0 = time.perf_counter()
-        ens = OneLayerTransformer(4, 8, n_models=n, eps=1e-2, seed=0, device=device)
-        train(
-            ens,
-            MarkovWindows(
-                P, batch=batch, context=context, n_models=n, seed=0, device=device
-            ),
-            n_steps=steps,
-            lr=0.25,
-            record_every=10,
-            progress=False,
-        )
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        return timed([(n, 0)])
 
     def run_loop():
-        t0 = time.perf_counter()
-        for seed in range(n):
-            one = OneLayerTransformer(
-                4, 8, n_models=1, eps=1e-2, seed=seed, device=device
-            )
-            train(
-                one,
-                MarkovWindows(
-                    P,
-                    batch=batch,
-                    context=context,
-                    n_models=1,
-                    seed=seed,
-                    device=device,
-                ),
-                n_steps=steps,
-                lr=0.25,
-                record_every=10,
-                progress=False,
-            )
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        return timed([(1, seed) for seed in range(n)])
 
     # the best of 3 repeats of each: on a shared machine a short run is easily hit by a
     # neighbour's burst, and the ensemble's run is 30× shorter than the loop's

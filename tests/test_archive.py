@@ -1,16 +1,13 @@
 """Archived sweeps found locally or downloaded and checked against the packaged SHA-256 index."""
 
-import contextlib
-import functools
-import http.server
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
 
 from attnbook.download import DownloadError
 from attnbook.experiments import archive
+from tools.colab_test import serve  # the loopback server of make test-colab
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,21 +29,6 @@ def test_the_packaged_index_matches_results():
     )
 
 
-@contextlib.contextmanager
-def _serve(folder: Path):
-    handler = functools.partial(
-        http.server.SimpleHTTPRequestHandler, directory=str(folder)
-    )
-    handler.log_message = lambda *a: None
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    finally:
-        httpd.shutdown()
-
-
 @pytest.fixture
 def away(tmp_path, monkeypatch):
     """No checkout in reach: a working folder outside it, caches in tmp."""
@@ -60,7 +42,7 @@ def test_an_archive_is_downloaded_checked_and_loaded(away, monkeypatch):
     name = "pde-fates"
     served = away / "served"
     shutil.copytree(ROOT / "results" / name, served / name)
-    with _serve(served) as url:
+    with serve(served) as url:
         monkeypatch.setenv(archive.RESULTS_URL_ENV, url)
         ds = archive.load_archive(name, progress=False)
     local = archive.load_archive(name, start=ROOT)
@@ -75,7 +57,7 @@ def test_a_damaged_file_is_refused(away, monkeypatch):
     served = away / "served"
     shutil.copytree(ROOT / "results" / name, served / name)
     (served / name / "manifest.json").write_text("{}")
-    with _serve(served) as url:
+    with serve(served) as url:
         monkeypatch.setenv(archive.RESULTS_URL_ENV, url)
         with pytest.raises(DownloadError, match="SHA-256"):
             archive.load_archive(name, progress=False)

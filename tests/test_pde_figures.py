@@ -129,3 +129,16 @@ def test_plot_helpers_draw():
     rc = figs.plot_rank_histogram(fig.add_subplot(1, 3, 3), np.array([1, 2, 3]), 3)
     assert rc["above"] == 1
     plt.close(fig)
+
+
+def test_authors_layer_scaling_and_refusals():
+    Q = np.arange(6.0).reshape(1, 2, 3)
+    A = figs.authors_layer("softmax", Q, 3)["A"]
+    np.testing.assert_allclose(A, -Q.transpose(0, 2, 1) @ Q / np.sqrt(3))
+    kw = figs.authors_layer("l2", Q, 3)
+    np.testing.assert_allclose(kw["Q"], Q / np.sqrt(3))
+    np.testing.assert_allclose(kw["K"], -Q)
+    with pytest.raises(ValueError, match="kind"):
+        figs.authors_layer("sinkhorn", Q, 3)
+    with pytest.raises(ValueError, match="Q must"):
+        figs.authors_layer("softmax", Q, 4)

@@ -35,6 +35,7 @@ from .plots import cone_coordinates
 
 __all__ = [
     "FIGURE_KINDS",
+    "authors_layer",
     "covariance_rhs",
     "batched_covariance_flow",
     "multihead_blocks",
@@ -332,3 +333,23 @@ def plot_rank_histogram(
     ax.set_xlabel("rank at the final time")
     ax.set_title(title or f"d = {d}: {rc['above']} of {rc['n']} above {rc['bound']}")
     return rc
+
+
+def authors_layer(kind: str, Q, d: int) -> dict:
+    """The layer of the authors' rank histograms for queries ``Q`` (``(..., k, d)``), K = −Q.
+
+    Their scaling: softmax takes ``A = KᵀQ/√d``; ℓ² takes ``Q/√d`` and ``K`` (keyword arguments
+    of :func:`batched_covariance_flow`). NumPy in, NumPy out.
+    """
+    kind = resolve_kind(kind)
+    if kind not in ("softmax", "l2"):
+        raise ValueError(
+            f"kind must be 'softmax' or 'l2' for the rank histograms, got {kind!r}"
+        )
+    d = check_positive_int(d, "d")
+    Q = as_float64_array(Q, "Q")
+    if Q.ndim < 2 or Q.shape[-1] != d:
+        raise ValueError(f"Q must have shape (..., k, {d}), got {Q.shape}")
+    if kind == "softmax":
+        return dict(A=-np.swapaxes(Q, -1, -2) @ Q / math.sqrt(d))
+    return dict(Q=Q / math.sqrt(d), K=-Q)
