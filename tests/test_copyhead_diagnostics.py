@@ -78,3 +78,35 @@ def test_observable_summary_iid():
     assert (s["rhat"] < 1.05).all() and (s["ess"] > 400).all()
     with pytest.raises(ValueError, match="n_draws"):
         D.observable_summary(x[0])
+
+
+def test_sgld_crossover_experiment_smoke_point():
+    import dataclasses
+
+    from attnbook import experiments as E
+    from attnbook.experiments.copyhead import crossover_grid
+
+    exp = E.get("copyhead-sgld-crossover")
+    (_, cfg), *_ = exp.points("smoke")
+    out = E.run_point("copyhead-sgld-crossover", cfg)
+    n_p, n_data, n_chains = cfg.n_p, cfg.n_data, cfg.n_chains
+    for k in ("mean", "mcse", "var", "rhat", "ess"):
+        assert out[k].shape == (n_p, n_data, 2) and np.isfinite(out[k]).all(), k
+    assert out["lambda_G"].shape == (n_p, n_data, n_chains)
+    assert (out["lambda_b"] > out["lambda_G"]).all()  # the bias is the stiff block
+    P = out["P"]
+    assert np.all(np.diff(P) > 0)
+    assert (
+        P[0] < out["p_saddle"] < out["p_fluct"] < P[-1]
+    )  # the grid spans both theories
+    assert (out["mean"][..., 0] >= 0).all()  # |m|
+    again = E.run_point("copyhead-sgld-crossover", cfg)
+    np.testing.assert_array_equal(out["mean"], again["mean"])  # same seed, same numbers
+    other = E.run_point("copyhead-sgld-crossover", dataclasses.replace(cfg, seed=1))
+    assert not np.array_equal(out["mean"], other["mean"])
+    with pytest.raises(ValueError, match="float64"):
+        E.run_point(
+            "copyhead-sgld-crossover", dataclasses.replace(cfg, dtype="float32")
+        )
+    assert len(crossover_grid(64, 4, 6)) == 6
+    assert {c.L for _, c in exp.points("paper")} == {64, 128, 256}

@@ -273,3 +273,17 @@ def test_monte_carlo_se_matches_iid_error():
     assert se.shape == (3,)
     # independent draws: ESS ≈ n, so se ≈ sd/√1600 = 0.025
     assert torch.allclose(se, torch.full((3,), 0.025, dtype=torch.float64), rtol=0.15)
+
+
+def test_per_coordinate_diagnostics_in_chunks_match_the_whole():
+    from attnbook.sgld import _per_coordinate
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 3, 5, 7, generator=gen, dtype=torch.float64)
+    for fn in (sgld.split_rhat, sgld.effective_sample_size):
+        whole = fn(x)
+        chunked = _per_coordinate(fn, x, budget=40 * 3 * 4)  # 4 coordinates a chunk
+        assert chunked.shape == whole.shape == (5, 7)
+        torch.testing.assert_close(
+            chunked, whole, rtol=1e-10, atol=1e-12
+        )  # FFT sizes differ

@@ -24,6 +24,7 @@ __all__ = [
     "resolve_generator",
     "global_generator",
     "as_generator",
+    "generator_on",
     "on_colab",
     "describe",
 ]
@@ -118,6 +119,20 @@ def as_generator(seed=None, device: str | torch.device | None = "cpu"):
     if seed is None or isinstance(seed, torch.Generator):
         return seed
     return make_generator(seed, device if device is not None else "cpu")
+
+
+def generator_on(seed, device: str | torch.device | None = "cpu"):
+    """:func:`as_generator` for draws made on ``device``: a generator that lives on another
+    device (a CPU generator passed to a sampler whose chains are on a GPU) seeds a fresh one on
+    ``device`` with one 62-bit draw from it — deterministic given its state, and its stream is
+    advanced by that draw only. A generator already on ``device`` is returned as is, so CPU
+    numbers do not change."""
+    gen = as_generator(seed, device)
+    dev = torch.device(device if device is not None else "cpu")
+    if gen is None or gen.device.type == dev.type:
+        return gen
+    child = int(torch.randint(2**62, (1,), generator=gen, device=gen.device))
+    return make_generator(child, dev)
 
 
 def seed_everything(seed: int) -> None:

@@ -33,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from attnbook.device import as_generator
+from attnbook.device import generator_on
 from attnbook.errors import SamplerDiverged
 from attnbook.validation import (
     as_tensor,
@@ -173,7 +173,7 @@ def sample(
         if seed is not None:
             raise ValueError("give either seed or generator, not both")
         seed = generator
-    gen = as_generator(seed, device=theta.device)
+    gen = generator_on(seed, theta.device)
     eta = _step_tensor(step_size, n_chains, theta)
     noise_scale = torch.sqrt(eta)
 
@@ -185,8 +185,10 @@ def sample(
         from tqdm.auto import tqdm
 
         iterator = tqdm(iterator, desc="SGLD", leave=False)
+    check_every = 1 if theta.device.type == "cpu" else 32
+    bad_since = torch.zeros(n_chains, dtype=torch.bool, device=theta.device)
     t0 = time.perf_counter()
-    k = 0
+    k = k_checked = 0
     for t in iterator:
         theta.requires_grad_(True)
         U = (
@@ -206,16 +208,23 @@ def sample(
             bad |= ~torch.isfinite(U) | ~torch.isfinite(grad.reshape(n_chains, -1)).all(
                 -1
             )
-            if bool(bad.any()):
-                chains = bad.nonzero().flatten().tolist()
-                raise SamplerDiverged(
-                    f"SGLD diverged at step {t}: chain(s) {chains[:10]}"
-                    f"{'…' if len(chains) > 10 else ''} became non-finite (step_size max "
-                    f"{float(eta.max()):.3g}); try a smaller step_size",
-                    time=t,
-                    partial=samples[:k].clone(),
-                    times=steps[:k].clone(),
-                )
+            # reading `bad` waits for the device: on a GPU look every `check_every` steps
+            # (a non-finite chain stays non-finite, so it is still caught), on the CPU each step
+            bad_since |= bad
+            if (t + 1) % check_every == 0 or t + 1 == n_steps:
+                if bool(bad_since.any()):
+                    chains = bad_since.nonzero().flatten().tolist()
+                    first = max(t + 1 - check_every, 0)
+                    when = f"step {t}" if check_every == 1 else f"steps {first}–{t}"
+                    raise SamplerDiverged(
+                        f"SGLD diverged at {when}: chain(s) {chains[:10]}"
+                        f"{'…' if len(chains) > 10 else ''} became non-finite (step_size "
+                        f"max {float(eta.max()):.3g}); try a smaller step_size",
+                        time=t,
+                        partial=samples[:k_checked].clone(),
+                        times=steps[:k_checked].clone(),
+                    )
+                k_checked = k
             if t >= burn_in and (t - burn_in) % thin == 0 and k < n_kept:
                 samples[k] = theta  # θ_t, paired with U(θ_t)
                 energies[k] = U.detach()
@@ -234,14 +243,27 @@ def sample(
         "steps_per_second": n_steps / wall_s if wall_s > 0 else math.inf,
     }
     if n_kept >= 4:
-        rhat = split_rhat(samples)
-        ess = effective_sample_size(samples)
+        rhat = _per_coordinate(split_rhat, samples)
+        ess = _per_coordinate(effective_sample_size, samples)
         diagnostics.update(
             rhat=rhat, ess=ess, max_rhat=float(rhat.max()), min_ess=float(ess.min())
         )
     else:
         diagnostics.update(rhat=None, ess=None, max_rhat=math.nan, min_ess=math.nan)
     return SGLDResult(samples, diagnostics)
+
+
+def _per_coordinate(fn, samples: torch.Tensor, budget: int = 2**25) -> torch.Tensor:
+    """``fn(samples)`` for a per-coordinate diagnostic, over chunks of at most ``budget``
+    elements of coordinates: the FFT of the ESS needs several copies of its input, which for
+    every coordinate of a large model (L = 256: 65 537 per chain) would not fit in memory."""
+    n, m = samples.shape[:2]
+    flat = samples.reshape(n, m, -1)
+    step = max(1, budget // (n * m))
+    if step >= flat.shape[2]:
+        return fn(samples)
+    parts = [fn(flat[:, :, i : i + step]) for i in range(0, flat.shape[2], step)]
+    return torch.cat(parts, -1).reshape(samples.shape[2:])
 
 
 def _as_draws(samples, name="samples") -> torch.Tensor:
@@ -355,7 +377,7 @@ def hessian_lambda_max(
     check_finite(x, "theta")
     n_iters = check_positive_int(n_iters, "n_iters")
     n = x.shape[0]
-    gen = as_generator(seed, device=x.device)
+    gen = generator_on(seed, x.device)
     v = torch.randn(x.shape, generator=gen, dtype=x.dtype, device=x.device)
     dims = tuple(range(1, x.dim()))
     proj = torch.ones((), dtype=x.dtype, device=x.device)

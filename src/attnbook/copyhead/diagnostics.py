@@ -96,7 +96,10 @@ def block_step_sizes(
         lam[name] = torch.stack(vals).max(0).values
     eta = torch.empty_like(theta)
     for name, mask in blocks.items():
-        eta[:, mask] = sgld.step_size_rule(lam[name], fraction=frac)[:, None]
+        # the mask stays on the CPU for hessian_lambda_max; index eta on its own device
+        eta[:, mask.to(eta.device)] = sgld.step_size_rule(lam[name], fraction=frac)[
+            :, None
+        ]
     return eta, lam
 
 
@@ -173,7 +176,8 @@ def sgld_targets(
         init = scale * torch.randn(
             n_chains * n_t, d, generator=gen, dtype=torch.float64
         )
-    init = as_tensor(init, "init", dtype=torch.float64)
+    device = stats.n_sequences.device  # chains run where the statistics are
+    init = as_tensor(init, "init", dtype=torch.float64, device=device)
     if init.shape != (n_chains * n_t, d):
         raise ValueError(
             f"init must have shape ({n_chains * n_t}, {d}), got {tuple(init.shape)}"
@@ -183,7 +187,7 @@ def sgld_targets(
         step_size, lam = block_step_sizes(
             every, init, kind=kind, fraction=fraction, seed=gen
         )
-    step_size = as_tensor(step_size, "step_size", dtype=torch.float64)
+    step_size = as_tensor(step_size, "step_size", dtype=torch.float64, device=device)
     if step_size.shape != init.shape:
         raise ValueError(
             f"step_size must have the shape of init {tuple(init.shape)}, "

@@ -28,6 +28,7 @@ from ..copyhead import (
     copy_statistics,
     copy_task,
     diagnostics,
+    nested_statistics,
     order_parameters,
     pooling_matrix,
     shift_matrix,
@@ -204,3 +205,109 @@ def global_copy_order(ds, *, kind: str, method: str = "adam"):
         cG = cG * np.sign(sub.c1 + sub.cG)
     best = sub.action.argmin("start")
     return cG.isel(start=best)
+
+
+@dataclass(frozen=True)
+class CrossoverConfig:
+    """One sequence length ``L``: SGLD on the linear head's marginal posterior at ``n_p``
+    sample sizes spanning both crossover theories (half the saddle's to twice the
+    fluctuation-corrected one, geometric), ``n_data`` nested data sets per size and
+    ``n_chains`` chains per target, with the step rule ``fraction / λ_max`` per block."""
+
+    L: int = 16
+    V: int = 4
+    n_p: int = 6
+    n_data: int = 2
+    n_chains: int = 4
+    n_steps: int = 2500
+    burn_in: int = 800
+    thin: int = 10
+    fraction: float = 0.25
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float64"
+
+
+def crossover_grid(L: int, V: int, n_p: int) -> np.ndarray:
+    """The sample sizes of a :class:`CrossoverConfig` point: ``n_p`` integers, geometric from half
+    the saddle crossover to twice the fluctuation-corrected one."""
+    lo = action.linear_crossover_p(seq_len=L, vocab_size=V)
+    hi = action.linear_crossover_p(seq_len=L, vocab_size=V, fluctuations=True)
+    P = np.round(np.geomspace(0.5 * lo, 2 * hi, n_p)).astype(int)
+    if np.any(np.diff(P) <= 0):
+        raise ValueError(f"L = {L}, V = {V}: the grid {P} is not strictly increasing")
+    return P
+
+
+def crossover_point(cfg: CrossoverConfig) -> dict[str, np.ndarray]:
+    """Per-target SGLD summaries (``|m|`` and aligned ``c_G``) of one ``L`` and the theory's
+    crossover sizes. Data sets and starts are drawn on the CPU; the chains run on
+    ``cfg.device`` (their noise from a generator seeded there by the CPU one)."""
+    if cfg.dtype != "float64":
+        raise ValueError("the copy-head SGLD sweep runs in float64 only")
+    P = crossover_grid(cfg.L, cfg.V, cfg.n_p)
+    stats = nested_statistics(
+        P, cfg.L, cfg.V, n_datasets=cfg.n_data, seed=cfg.seed, dtype=torch.float64
+    ).to(torch.device(cfg.device))
+    res = diagnostics.sgld_targets(
+        stats,
+        n_chains=cfg.n_chains,
+        fraction=cfg.fraction,
+        n_steps=cfg.n_steps,
+        burn_in=cfg.burn_in,
+        thin=cfg.thin,
+        seed=as_generator(cfg.seed + 1),
+    )
+    shape = (cfg.n_p, cfg.n_data, 2)
+    out = {k: np.asarray(res[k]).reshape(shape) for k in ("mean", "mcse", "var")}
+    out |= {k: np.asarray(res[k]).reshape(shape) for k in ("rhat", "ess")}
+    for (
+        name,
+        lam,
+    ) in res.lambda_max.items():  # chain-major: chain j of target i at j·n_t + i
+        lam = lam.detach().cpu().numpy().reshape(cfg.n_chains, cfg.n_p, cfg.n_data)
+        out[f"lambda_{name}"] = lam.transpose(1, 2, 0)
+    x_fl = action.linear_crossover_p(seq_len=cfg.L, vocab_size=cfg.V, fluctuations=True)
+    level = action.linear_saddle(
+        [x_fl], seq_len=cfg.L, vocab_size=cfg.V, fluctuations=True
+    )
+    out["P"] = P.astype(np.float64)
+    out["p_saddle"] = np.float64(
+        action.linear_crossover_p(seq_len=cfg.L, vocab_size=cfg.V)
+    )
+    out["p_fluct"] = np.float64(x_fl)
+    out["level"] = np.float64(level.c_G[0])
+    out["steps_per_second"] = np.float64(cfg.n_steps / res.wall_s)
+    return out
+
+
+_T = ("p", "data", "obs")
+
+register(
+    Experiment(
+        name="copyhead-sgld-crossover",
+        part="II",
+        description="where SGLD samples of the linear copy head cross over to copying, per L: "
+        "≥ 4 chains per (P, data set), rank-normalised R̂ and ESS on |m| and aligned c_G",
+        function=crossover_point,
+        config=CrossoverConfig,
+        dims={
+            **{k: _T for k in ("mean", "mcse", "var", "rhat", "ess")},
+            **{f"lambda_{b}": ("p", "data", "chain") for b in ("G", "b")},
+            "P": ("p",),
+        },
+        note="obs 0 = |m|, 1 = c_G aligned with the sign of m; P-major targets",
+        scales={
+            "smoke": Scale(
+                axes={"L": (6, 8)},
+                fixed=dict(n_p=4, n_chains=2, n_steps=80, burn_in=20, thin=4),
+            ),
+            "book": Scale(axes={"L": (8, 16, 32)}),
+            "paper": Scale(
+                axes={"L": (64, 128, 256)},
+                # a GPU run: the slowest mode relaxes over ≈ 4 λ_max(G) steps, λ_max ≈ 10³ at L = 256
+                fixed=dict(n_steps=120000, burn_in=24000, thin=240),
+            ),
+        },
+    )
+)
