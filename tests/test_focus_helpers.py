@@ -237,3 +237,34 @@ def test_window_attention_entropy_of_uniform_attention_is_log_of_the_keys():
     np.testing.assert_allclose(H, (np.log(5.0) + np.log(1.0)) / 2, atol=1e-12)
     one = metrics.window_attention_entropy(focus.Params(*(x[0] for x in p)), ctx)
     assert isinstance(one, float)
+
+
+def test_symmetric_plateau_changes_stability_with_laziness():
+    start = np.array([-1.8, 0.5, 0.5, 0.5, -1.2, 0.4, 0.4, 0.4, 1.1, 1.1])
+    P5 = perturbed_chain(4, 0.7, 0.0, 0.5)
+    loss, y, curv = theory.symmetric_plateau(P5, start)
+    assert loss == pytest.approx(theory.rank_one_minimum(P5, start)[0], abs=1e-10)
+    assert np.ptp(y[1:4]) < 1e-12 and np.ptp(y[5:8]) < 1e-12
+    g = focus.population_gradient(*theory.rank_one_params(y), P5)
+    assert max(float(x.abs().max()) for x in g) < 1e-6
+    assert curv.shape == (4,) and curv[0] > 0.01  # stable: a symmetric start stays
+    P8 = perturbed_chain(4, 0.7, 0.0, 0.8)
+    loss8, y8, curv8 = theory.symmetric_plateau(P8, start)
+    assert curv8[0] < -0.01  # a saddle along the manifold
+    # a symmetry-breaking nudge lowers the loss below the symmetric critical point
+    assert theory.rank_one_minimum(P8, y8 + 1e-3 * np.eye(10)[1])[0] < loss8 - 1e-3
+    with pytest.raises(ValueError, match="permutations"):
+        theory.symmetric_plateau(perturbed_chain(4, 0.7, 0.02, 0.5), start)
+    with pytest.raises(ValueError):
+        theory.symmetric_plateau(P5, start[:-1])
+
+
+def test_rare_spread():
+    alpha = np.eye(5)[0]
+    W0 = np.outer([2.0, 0.5, 0.5, 0.5], alpha)
+    assert float(metrics.rare_spread(W0)) == pytest.approx(0.0, abs=1e-12)
+    W0[1:, 0] = [0.4, 0.5, 0.6]
+    assert float(metrics.rare_spread(W0)) == pytest.approx(np.sqrt(0.02))
+    assert metrics.rare_spread(np.stack([W0, -W0])).shape == (2,)
+    with pytest.raises(ValueError):
+        metrics.rare_spread(np.ones((2, 3)))

@@ -46,6 +46,7 @@ __all__ = [
     "embedding_pca",
     "stage_times",
     "growth_rate_fit",
+    "rare_spread",
 ]
 
 
@@ -321,6 +322,23 @@ def stage_times(
         if esc.size:
             out["IV_escape"] = float(t[esc[0]])
     return out
+
+
+def rare_spread(W0) -> np.ndarray:
+    r"""How far the rare tokens' embeddings are apart **along** the rank-one direction.
+
+    With :math:`\alpha` the top right singular vector of :math:`W_0` and
+    :math:`\gamma = W_0\alpha` the tokens' coordinates on it, returns
+    :math:`\lVert\gamma_{1:} - \bar\gamma_{1:}\mathbf 1\rVert` (tokens ``1 … d−1``, token 0 the
+    frequent one): zero while the rare tokens are exchangeable on the rank-one manifold.
+    ``W0`` has shape ``(..., d, m)`` with ``d >= 3``; the result has shape ``(...)``.
+    """
+    W0 = _np(W0, "W0")
+    if W0.ndim < 2 or W0.shape[-2] < 3:
+        raise ValueError(f"W0 must have shape (..., d, m) with d >= 3, got {W0.shape}")
+    alpha = np.linalg.svd(W0)[2][..., 0, :]
+    rare = (W0 @ alpha[..., None])[..., 1:, 0]
+    return np.linalg.norm(rare - rare.mean(-1, keepdims=True), axis=-1)
 
 
 def time_index(t, time) -> int:

@@ -23,6 +23,12 @@ Stage III (rank-one manifold). :math:`W_0 = \gamma\alpha^\top`, :math:`W_1 = \al
 :math:`W_{Q,K} = \lambda_{Q,K}\,\alpha\tilde\alpha^\top` (:math:`\|\alpha\|=\|\tilde\alpha\|=1`) is invariant;
 :math:`M = \gamma\beta^\top`, :math:`\Phi = \lambda_Q\lambda_K\gamma\gamma^\top`, and the flow reduces
 to the gradient flow of :math:`L(\gamma,\beta,\lambda_Q,\lambda_K)` (:func:`reduced_ode`).
+
+Stage IV (leaving the manifold). :func:`plateau_instability` gives the rank-one plateau's
+transverse rate (of order :math:`\delta` near :math:`\delta = 0`). At :math:`\delta = 0` the
+symmetric plateau can also be unstable **along** the manifold: :func:`symmetric_plateau` returns
+its curvature against moving the rare tokens apart, which changes sign with the laziness
+(measured numerically; no closed form here).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ __all__ = [
     "rank_one_minimum",
     "solve_reduced",
     "plateau_instability",
+    "symmetric_plateau",
 ]
 
 
@@ -437,6 +444,39 @@ def project_rank_one(params) -> np.ndarray:
     return np.concatenate([W0 @ alpha, W1.T @ alpha, [nq, float(k_dir @ q_dir) / nq]])
 
 
+def _check_reduced(y, name) -> np.ndarray:
+    y = np.asarray(y, float)
+    if y.ndim != 1 or y.size < 6 or y.size % 2:
+        raise ValueError(
+            f"{name} must be a vector [gamma (d), beta (d), lambda_Q, lambda_K]"
+        )
+    return y
+
+
+def _minimise_rank_one(P, y0, basis=None) -> tuple[float, np.ndarray]:
+    """L-BFGS on the rank-one loss over ``y = basis @ z`` (all of ``y`` if no basis)."""
+    import scipy.optimize
+
+    from .population import population_gradient
+
+    d = (y0.size - 2) // 2
+    Pt = as_tensor(P, "P", dtype=torch.float64)
+    if Pt.shape != (d, d):
+        raise ValueError(f"P must be {d}x{d} to match start, got {tuple(Pt.shape)}")
+    B = np.eye(y0.size) if basis is None else basis
+
+    def fun(z):
+        loss, g = population_gradient(*rank_one_params(B @ z), Pt, return_loss=True)
+        flat = np.concatenate([g.W0[:, 0], g.W1[0], g.WQ[0], g.WK[0]])
+        return float(loss), B.T @ flat.astype(float)
+
+    z0 = np.linalg.lstsq(B, y0, rcond=None)[0]
+    res = scipy.optimize.minimize(
+        fun, z0, jac=True, method="L-BFGS-B", options={"gtol": 1e-12, "ftol": 1e-15}
+    )
+    return float(res.fun), B @ res.x
+
+
 def rank_one_minimum(P, start) -> tuple[float, np.ndarray]:
     r"""Minimise the population loss over the rank-one manifold (``m = 1``: every weight is
     rank one), starting from reduced coordinates ``start = [γ, β, λ_Q, λ_K]`` (e.g.
@@ -446,38 +486,7 @@ def rank_one_minimum(P, start) -> tuple[float, np.ndarray]:
     loss alone (L-BFGS with the closed-form gradient), independently of any flow. Returns
     ``(loss, y)`` at the minimiser.
     """
-    import scipy.optimize
-
-    from .population import population_gradient
-
-    y0 = np.asarray(start, float)
-    if y0.ndim != 1 or y0.size < 6 or y0.size % 2:
-        raise ValueError(
-            "start must be a vector [gamma (d), beta (d), lambda_Q, lambda_K]"
-        )
-    d = (y0.size - 2) // 2
-    Pt = as_tensor(P, "P", dtype=torch.float64)
-    if Pt.shape != (d, d):
-        raise ValueError(f"P must be {d}x{d} to match start, got {tuple(Pt.shape)}")
-
-    def split(y):
-        y = torch.from_numpy(np.asarray(y, float))
-        return (
-            y[:d, None],
-            y[None, d : 2 * d],
-            y[2 * d].reshape(1, 1),
-            y[2 * d + 1].reshape(1, 1),
-        )
-
-    def fun(y):
-        loss, g = population_gradient(*split(y), Pt, return_loss=True)
-        flat = np.concatenate([g.W0[:, 0], g.W1[0], g.WQ[0], g.WK[0]])
-        return float(loss), flat.astype(float)
-
-    res = scipy.optimize.minimize(
-        fun, y0, jac=True, method="L-BFGS-B", options={"gtol": 1e-12, "ftol": 1e-15}
-    )
-    return float(res.fun), res.x
+    return _minimise_rank_one(P, _check_reduced(start, "start"))
 
 
 def solve_reduced(y0, P, t_eval, *, rtol: float = 1e-10, atol: float = 1e-12):
@@ -486,11 +495,7 @@ def solve_reduced(y0, P, t_eval, *, rtol: float = 1e-10, atol: float = 1e-12):
     reduced loss along the way ``(T,)``."""
     from scipy.integrate import solve_ivp
 
-    y0 = np.asarray(y0, float)
-    if y0.ndim != 1 or y0.size < 6 or y0.size % 2:
-        raise ValueError(
-            "y0 must be a vector [gamma (d), beta (d), lambda_Q, lambda_K]"
-        )
+    y0 = _check_reduced(y0, "y0")
     t_eval = np.asarray(t_eval, float)
     if t_eval.ndim != 1 or t_eval.size < 2 or np.any(np.diff(t_eval) <= 0):
         raise ValueError("t_eval must be an increasing 1-D array of at least 2 times")
@@ -532,3 +537,49 @@ def plateau_instability(P, start, m: int) -> tuple[float, float]:
     loss, y = rank_one_minimum(P, start)
     H = population_hessian(*reduced_to_params(y, m), P)
     return loss, float(torch.linalg.eigvalsh(-H)[-1])
+
+
+def _rare_bases(d: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bases of reduced coordinates: symmetric in the rare tokens 1…d−1 (6 columns) and
+    antisymmetric among them (γ and β entries zero on token 0, summing to zero on the rest)."""
+    sym = np.zeros((2 * d + 2, 6))
+    sym[0, 0] = sym[d, 2] = sym[2 * d, 4] = sym[2 * d + 1, 5] = 1.0
+    sym[1:d, 1] = sym[d + 1 : 2 * d, 3] = 1.0
+    contrasts = np.linalg.svd(np.eye(d - 1) - 1.0 / (d - 1))[0][:, : d - 2]
+    anti = np.zeros((2 * d + 2, 2 * (d - 2)))
+    anti[1:d, : d - 2] = contrasts
+    anti[d + 1 : 2 * d, d - 2 :] = contrasts
+    return sym, anti
+
+
+def symmetric_plateau(P, start) -> tuple[float, np.ndarray, np.ndarray]:
+    r"""The rank-one plateau of a chain whose rare tokens are exchangeable (``δ = 0``), and its
+    stability against breaking their symmetry **along** the rank-one manifold.
+
+    ``P`` (``d × d``, ``d >= 3``) must be invariant under every permutation of the tokens
+    ``1 … d−1``. The loss is minimised over rank-one weights whose rare tokens share one
+    embedding coordinate and one output coordinate (``start`` is symmetrised first; reduced
+    coordinates as in :func:`rank_one_minimum`). Returns ``(loss, y, curvature)``: the loss and
+    coordinates of that symmetric critical point, and the eigenvalues (ascending) of the
+    rank-one Hessian (:func:`rank_one_params`, :func:`~attnbook.focus.population_hessian`)
+    restricted to the ``2(d−2)`` directions that move the rare tokens' ``γ`` and ``β`` apart
+    (zero sum over the rare tokens). All positive: the symmetric plateau is a minimum along
+    the manifold and a symmetric start stays on it. ``curvature[0] < 0``: it is a saddle, and
+    the rare tokens' coordinates separate at the rate ``-curvature[0]``.
+    """
+    from .population import population_hessian
+
+    y0 = _check_reduced(start, "start")
+    d = (y0.size - 2) // 2
+    if d < 3:
+        raise ValueError("symmetric_plateau needs d >= 3 (at least two rare tokens)")
+    Pt = as_tensor(P, "P", dtype=torch.float64)
+    if Pt.shape != (d, d):
+        raise ValueError(f"P must be {d}x{d} to match start, got {tuple(Pt.shape)}")
+    for perm in ([0, 2, 1, *range(3, d)], [0, *range(2, d), 1]):
+        if not torch.allclose(Pt[perm][:, perm], Pt, rtol=0, atol=1e-12):
+            raise ValueError("P must be invariant under permutations of tokens 1 … d-1")
+    sym, anti = _rare_bases(d)
+    loss, y = _minimise_rank_one(Pt, y0, sym)  # starts from y0's symmetric part
+    H = population_hessian(*rank_one_params(y), Pt).numpy()
+    return loss, y, np.linalg.eigvalsh(anti.T @ H @ anti)
