@@ -123,25 +123,15 @@ def finite_loss(params: Params, windows, *, masked_keys=None) -> torch.Tensor:
     return -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).mean(-1)
 
 
-def _count_losses(W0, W1, WQ, WK, windows, masked_keys=None) -> torch.Tensor:
-    r"""Per-model loss of ``windows`` (E, B, s+1) in token space (no validation, no host sync).
+def _losses_from_counts(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
+    r"""Per-model mean cross-entropy from key counts (E, B, d), queries and targets (E, B).
 
     The attention output depends on a context only through its query and the count
     :math:`n_k` of each token type among the keys: :math:`f = \sum_k n_k e^{\Phi_{qk}} M_k /
     \sum_k n_k e^{\Phi_{qk}}`. This is :func:`finite_loss` exactly, at :math:`O(d^2)` per
-    window instead of :math:`O(sm)`; the training loop calls it on every step.
+    window instead of :math:`O(sm)`, and differentiable by autograd; :func:`train` uses its
+    hand-derived gradient, :func:`_loss_and_grads`.
     """
-    d = W0.shape[-2]
-    ctx = windows[..., :-1]
-    counts = torch.zeros(*ctx.shape[:-1], d, dtype=W0.dtype, device=W0.device)
-    counts.scatter_add_(-1, ctx, torch.ones_like(ctx, dtype=W0.dtype))
-    return _losses_from_counts(
-        W0, W1, WQ, WK, counts, ctx[..., -1], windows[..., -1], masked_keys
-    )
-
-
-def _losses_from_counts(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
-    """Per-model mean cross-entropy from key counts (E, B, d), queries and targets (E, B)."""
     if masked_keys is not None:
         counts = counts.masked_fill(masked_keys, 0.0)
     M = W0 @ W1  # (E, d, d)
@@ -160,6 +150,47 @@ def _losses_from_counts(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
     logits = w @ M  # (E, B, d)
     lse = torch.logsumexp(logits, -1)
     return (lse - logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)).mean(-1)
+
+
+def _loss_and_grads(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
+    r"""Per-model loss and the exact gradient of their sum, without autograd (training step).
+
+    ``counts`` are the key counts with the token axis in the middle, ``(E, d, B)`` (``B``
+    windows), ``q`` and ``y`` the queries and targets ``(E, B)``. The loss is
+    :func:`_losses_from_counts`'s: with :math:`a = \mathrm{softmax}_k(\Phi_{qk} + \log n_k)`,
+    :math:`f = a^\top M`, :math:`L = \mathrm{mean}_b(\log\sum_j e^{f_j} - f_y)`. Its
+    gradient, with :math:`g = (\mathrm{softmax}(f) - e_y)/B`:
+    :math:`\partial M = \sum_b a g^\top`, :math:`\partial\Phi_{q,:} = \sum_{b: q_b = q}
+    a\odot(Mg - a^\top M g)`, then the chain rule through :math:`M = W_0W_1` and
+    :math:`\Phi = W_0 W_Q W_K^\top W_0^\top`. Returns ``(losses (E,), (dW0, dW1, dWQ, dWK))``;
+    ``tests/test_focus_model.py`` checks it against autograd. The token axis in the middle
+    keeps every reduction over the d types a vectorised one over the windows.
+    """
+    E, d, B = counts.shape
+    W0T, WKT = W0.transpose(1, 2), WK.transpose(1, 2)
+    A = WQ @ WKT  # (E, m, m)
+    W0A = W0 @ A
+    PhiT = W0 @ W0A.transpose(1, 2)  # PhiT[e, k, q] = Phi[e, q, k]
+    M = W0 @ W1
+    qx = q[:, None, :].expand(E, d, B)
+    s = PhiT.gather(2, qx)  # (E, d, B): the query's scores against every type
+    if masked_keys is not None:
+        counts = counts.masked_fill(masked_keys[:, None], 0.0)
+    a = torch.softmax(s.add_(counts.log()), 1)  # the attention mass of each key type
+    if masked_keys is not None:
+        a = a.nan_to_num_(0.0)  # all keys masked -> no output
+    f = M.transpose(1, 2) @ a  # logits (E, d, B)
+    logp = torch.log_softmax(f, 1)
+    yi = y[:, None, :]
+    losses = logp.gather(1, yi).mean((1, 2)).neg_()
+    g = logp.exp_().scatter_add_(1, yi, torch.full_like(yi, -1, dtype=f.dtype))
+    GM = (a @ g.transpose(1, 2)).div_(B)  # dL/dM
+    ds = torch.ops.aten._softmax_backward_data(M @ g, a, 1, a.dtype)  # dL/ds (times B)
+    GPhiT = torch.zeros_like(PhiT).scatter_add_(2, qx, ds).div_(B)  # dL/dPhi^T
+    GPW0 = GPhiT.transpose(1, 2) @ W0
+    dW0 = GM @ W1.transpose(1, 2) + GPW0 @ A.transpose(1, 2) + GPhiT @ W0A
+    dA = W0T @ GPW0
+    return losses, (dW0, W0T @ GM, dA @ WK, dA.transpose(1, 2) @ WQ)
 
 
 def markov_context_loss(
@@ -442,8 +473,13 @@ class MarkovWindows(_Windows):
     def sample_counts(self, step: int, dtype=torch.float64):
         """A fresh batch as ``(counts, query, target)``: for each window, the count of each
         token type among its ``context`` keys ``(n_models, batch, d)``, its query (last
-        context token) and its target, without building the windows. Same law as
-        ``self(step)``; :func:`train` uses it."""
+        context token) and its target, without building the windows. Same law (and the same
+        draws) as ``self(step)``; :func:`train` uses it."""
+        counts, query, target = self._counts_by_type(dtype)
+        return counts.transpose(1, 2), query, target
+
+    def _counts_by_type(self, dtype):
+        """:meth:`sample_counts` with the token axis in the middle: counts ``(E, d, B)``."""
         first, codes = self._codes()
         if dtype not in self._tables:
             self._tables[dtype] = (
@@ -458,7 +494,8 @@ class MarkovWindows(_Windows):
             packed = p_first.take(first) + p_head.take(codes[-1])
             if len(codes) > 1:  # every block but the last: all k tokens are keys
                 packed += p_block.take(codes[:-1]).sum(0)
-            counts = (packed[:, None] >> shifts).bitwise_and_(self._field_mask)
+            counts = packed.view(self.n_models, 1, self.batch) >> shifts[:, None]
+            counts = counts.bitwise_and_(self._field_mask)
         else:
             counts = onehot.index_select(0, first) + head.index_select(0, codes[-1])
             if len(codes) > 1:
@@ -474,8 +511,10 @@ class MarkovWindows(_Windows):
             query = self._prev.take(codes[-1])
         target = self._last.take(codes[-1])
         shape = (self.n_models, self.batch)
+        if self._packed is None:
+            counts = counts.view(*shape, d).transpose(1, 2)
         return (
-            counts.to(dtype).reshape(*shape, d),
+            counts.to(dtype, memory_format=torch.contiguous_format),
             query.reshape(shape),
             target.reshape(shape),
         )
@@ -584,18 +623,26 @@ def train(
         raise ValueError(
             f"the sampler's chain has {sampler.P.shape[-1]} tokens, model d = {model.d}"
         )
+    weights = [x.detach() for x in params]
     for k in it:
         if by_counts:  # Markov windows straight to key counts: no window is built
-            counts, q, y = sampler.sample_counts(k, dtype=model.W0.dtype)
-            losses = _losses_from_counts(*params, counts, q, y, mk)
+            counts, q, y = sampler._counts_by_type(model.W0.dtype)
         else:
             batch = sampler(k)
             if k == 0:  # validate the sampler's output once; later steps trust it
                 batch = _tokens(batch, "sampler output", model.d).to(model.W0.device)
             if batch.dim() == 2:
                 batch = batch.unsqueeze(0).expand(model.n_models, *batch.shape)
-            losses = _count_losses(*params, batch, mk)
-        running += losses.detach()
+            ctx = batch[..., :-1]
+            counts = torch.zeros(*ctx.shape[:-1], model.d, dtype=model.W0.dtype)
+            counts = counts.to(model.W0.device).scatter_add_(
+                -1, ctx, torch.ones_like(ctx, dtype=counts.dtype)
+            )
+            counts = counts.transpose(1, 2).contiguous()
+            q, y = ctx[..., -1], batch[..., -1]
+        # the loss and its exact gradient in one pass (no autograd graph: see _loss_and_grads)
+        losses, grads = _loss_and_grads(*weights, counts, q, y, mk)
+        running += losses
         n_run += 1
         if k in record:
             # the only host sync: a divergence check at each recorded step
@@ -612,10 +659,8 @@ def train(
             running = torch.zeros_like(running)
             n_run = 0
         if k < steps:
-            grads = torch.autograd.grad(losses.sum(), params)
             if opt is None:  # plain SGD: one fused update, no optimizer bookkeeping
-                with torch.no_grad():
-                    torch._foreach_add_(params, grads, alpha=-lr)
+                torch._foreach_add_(weights, grads, alpha=-lr)
             else:
                 for x, g in zip(params, grads):
                     x.grad = g
