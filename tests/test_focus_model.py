@@ -241,6 +241,9 @@ def test_markov_windows_fast_paths_keep_the_draws(d, context):
     ref = torch.nn.functional.one_hot(w[..., :-1], d).sum(-2).float()
     assert torch.equal(counts, ref)
     assert torch.equal(q, w[..., -2]) and torch.equal(y, w[..., -1])
+    s.gen.set_state(state)  # train()'s form: log counts, the token axis in the middle
+    logn = s._counts_by_type(torch.float32, log=True)[0]
+    assert torch.equal(logn, ref.double().log().float().transpose(1, 2))
     # the reference: one block after another, in torch, from the same uniforms
     s.gen.set_state(state)
     u = torch.rand(1 + context // s.block, 60, generator=s.gen, dtype=torch.float64)
@@ -273,7 +276,7 @@ def test_hand_derived_gradient_matches_autograd(masked):
     ref = _losses_from_counts(*params, counts, q, y, mk)
     want = torch.autograd.grad(ref.sum(), params)
     got, grads = _loss_and_grads(
-        *(x.detach() for x in params), counts.transpose(1, 2).contiguous(), q, y, mk
+        *(x.detach() for x in params), counts.transpose(1, 2).log(), q, y, mk
     )
     torch.testing.assert_close(got, ref.detach(), rtol=1e-12, atol=0)
     for g, w in zip(grads, want):

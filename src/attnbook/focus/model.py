@@ -152,11 +152,12 @@ def _losses_from_counts(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
     return (lse - logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)).mean(-1)
 
 
-def _loss_and_grads(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
+def _loss_and_grads(W0, W1, WQ, WK, log_counts, q, y, masked_keys=None):
     r"""Per-model loss and the exact gradient of their sum, without autograd (training step).
 
-    ``counts`` are the key counts with the token axis in the middle, ``(E, d, B)`` (``B``
-    windows), ``q`` and ``y`` the queries and targets ``(E, B)``. The loss is
+    ``log_counts`` are the logarithms of the key counts (``-inf`` for a type absent from a
+    window) with the token axis in the middle, ``(E, d, B)`` (``B`` windows), ``q`` and ``y``
+    the queries and targets ``(E, B)``. The loss is
     :func:`_losses_from_counts`'s: with :math:`a = \mathrm{softmax}_k(\Phi_{qk} + \log n_k)`,
     :math:`f = a^\top M`, :math:`L = \mathrm{mean}_b(\log\sum_j e^{f_j} - f_y)`. Its
     gradient, with :math:`g = (\mathrm{softmax}(f) - e_y)/B`:
@@ -166,7 +167,7 @@ def _loss_and_grads(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
     ``tests/test_focus_model.py`` checks it against autograd. The token axis in the middle
     keeps every reduction over the d types a vectorised one over the windows.
     """
-    E, d, B = counts.shape
+    E, d, B = log_counts.shape
     W0T, WKT = W0.transpose(1, 2), WK.transpose(1, 2)
     A = WQ @ WKT  # (E, m, m)
     W0A = W0 @ A
@@ -175,8 +176,8 @@ def _loss_and_grads(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
     qx = q[:, None, :].expand(E, d, B)
     s = PhiT.gather(2, qx)  # (E, d, B): the query's scores against every type
     if masked_keys is not None:
-        counts = counts.masked_fill(masked_keys[:, None], 0.0)
-    a = torch.softmax(s.add_(counts.log()), 1)  # the attention mass of each key type
+        log_counts = log_counts.masked_fill(masked_keys[:, None], float("-inf"))
+    a = torch.softmax(s.add_(log_counts), 1)  # the attention mass of each key type
     if masked_keys is not None:
         a = a.nan_to_num_(0.0)  # all keys masked -> no output
     f = M.transpose(1, 2) @ a  # logits (E, d, B)
@@ -478,16 +479,19 @@ class MarkovWindows(_Windows):
         counts, query, target = self._counts_by_type(dtype)
         return counts.transpose(1, 2), query, target
 
-    def _counts_by_type(self, dtype):
-        """:meth:`sample_counts` with the token axis in the middle: counts ``(E, d, B)``."""
+    def _counts_by_type(self, dtype, *, log=False):
+        """:meth:`sample_counts` with the token axis in the middle: counts ``(E, d, B)``, or
+        with ``log`` their logarithms (``-inf`` for an absent type, as float64's log rounded
+        to ``dtype``, looked up in a table)."""
         first, codes = self._codes()
-        if dtype not in self._tables:
-            self._tables[dtype] = (
-                self._head_counts.to(dtype),
-                self._last_onehot.to(dtype),
-                self._block_counts.to(dtype),
+        tdt = torch.float64 if log else dtype
+        if tdt not in self._tables:
+            self._tables[tdt] = (
+                self._head_counts.to(tdt),
+                self._last_onehot.to(tdt),
+                self._block_counts.to(tdt),
             )
-        head, onehot, block = self._tables[dtype]
+        head, onehot, block = self._tables[tdt]
         d = onehot.shape[0]
         if self._packed is not None:  # integer counts packed in one int64 per window
             shifts, p_first, p_head, p_block = self._packed
@@ -496,6 +500,11 @@ class MarkovWindows(_Windows):
                 packed += p_block.take(codes[:-1]).sum(0)
             counts = packed.view(self.n_models, 1, self.batch) >> shifts[:, None]
             counts = counts.bitwise_and_(self._field_mask)
+            if log:  # log n for n = 0, ..., context
+                if ("log", dtype) not in self._tables:
+                    n = torch.arange(self.context + 1, dtype=torch.float64)
+                    self._tables["log", dtype] = n.log().to(self.device, dtype)
+                counts = self._tables["log", dtype].take(counts)
         else:
             counts = onehot.index_select(0, first) + head.index_select(0, codes[-1])
             if len(codes) > 1:
@@ -513,6 +522,8 @@ class MarkovWindows(_Windows):
         shape = (self.n_models, self.batch)
         if self._packed is None:
             counts = counts.view(*shape, d).transpose(1, 2)
+            if log:
+                counts = counts.log()
         return (
             counts.to(dtype, memory_format=torch.contiguous_format),
             query.reshape(shape),
@@ -626,7 +637,7 @@ def train(
     weights = [x.detach() for x in params]
     for k in it:
         if by_counts:  # Markov windows straight to key counts: no window is built
-            counts, q, y = sampler._counts_by_type(model.W0.dtype)
+            log_counts, q, y = sampler._counts_by_type(model.W0.dtype, log=True)
         else:
             batch = sampler(k)
             if k == 0:  # validate the sampler's output once; later steps trust it
@@ -638,10 +649,10 @@ def train(
             counts = counts.to(model.W0.device).scatter_add_(
                 -1, ctx, torch.ones_like(ctx, dtype=counts.dtype)
             )
-            counts = counts.transpose(1, 2).contiguous()
+            log_counts = counts.transpose(1, 2).log()
             q, y = ctx[..., -1], batch[..., -1]
         # the loss and its exact gradient in one pass (no autograd graph: see _loss_and_grads)
-        losses, grads = _loss_and_grads(*weights, counts, q, y, mk)
+        losses, grads = _loss_and_grads(*weights, log_counts, q, y, mk)
         running += losses
         n_run += 1
         if k in record:
