@@ -341,6 +341,41 @@ def _alias_tables(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 _ALIAS_CACHE: dict = {}
+_PATH_CACHE: dict = {}
+
+
+def _path_tables(d: int, k: int, context: int, device) -> dict:
+    """The per-path tables of :class:`MarkovWindows`, as its attributes (shared by every
+    sampler with the same ``d``, block ``k``, context length and device)."""
+    codes = torch.arange(d**k)
+    digits = [(codes // d ** (k - 1 - i)) % d for i in range(k)]
+    paths = torch.stack(digits, -1).to(device)  # code -> its k tokens
+    last = digits[-1].to(device)  # code -> its last token
+    # code -> the count of each token type among its first k-1 tokens (the last one of
+    # the final block is the target, not a key)
+    head = torch.nn.functional.one_hot(paths[:, :-1], d).sum(1).to(torch.float64)
+    onehot = torch.eye(d, dtype=torch.float64, device=device)
+    block = head + onehot[last]
+    t = dict(
+        _paths=paths,
+        _last=last,
+        _head_counts=head,
+        _last_onehot=onehot,
+        _block_counts=block,
+        _prev=(paths[:, -2] if k > 1 else paths[:, -1]).contiguous(),
+        _packed=None,
+    )
+    # a window's key counts as one int64: the count of type t in bits [t·b, (t+1)·b),
+    # b bits holding any count up to the context length (exact integer sums)
+    bits = context.bit_length()
+    if d * bits <= 62:
+        shifts = torch.arange(d, device=device) * bits
+        t["_field_mask"] = (1 << bits) - 1
+        t["_packed"] = (
+            shifts,
+            *((c.long() << shifts).sum(-1) for c in (onehot, head, block)),
+        )
+    return t
 
 
 class MarkovWindows(_Windows):
@@ -388,38 +423,13 @@ class MarkovWindows(_Windows):
         self._alias = torch.as_tensor(ali.reshape(-1), device=self.device)
         self._accept_pi = torch.as_tensor(acc_pi, device=self.device)
         self._alias_pi = torch.as_tensor(ali_pi, device=self.device)
-        codes = torch.arange(self._n_paths)
-        digits = [(codes // d ** (k - 1 - i)) % d for i in range(k)]
-        self._paths = torch.stack(digits, -1).to(self.device)  # code -> its k tokens
-        self._last = digits[-1].to(self.device)  # code -> its last token
-        # code -> the count of each token type among its first k-1 tokens (the last one of
-        # the final block is the target, not a key)
-        head = torch.nn.functional.one_hot(self._paths[:, :-1], d).sum(1)
-        self._head_counts = head.to(torch.float64)
-        self._last_onehot = torch.eye(d, dtype=torch.float64, device=self.device)
-        self._block_counts = self._head_counts + self._last_onehot[self._last]
+        key = (d, k, self.context.bit_length(), str(self.device))
+        if key not in _PATH_CACHE:  # the tables of the paths: O(d**k) work, done once
+            _PATH_CACHE[key] = _path_tables(d, k, self.context, self.device)
+        for name, value in _PATH_CACHE[key].items():
+            setattr(self, name, value)
         self._tables = {}
         self._buffers = None
-        # a window's key counts as one int64: the count of type t in bits [t·b, (t+1)·b),
-        # b bits holding any count up to the context length (exact integer sums)
-        bits = self.context.bit_length()
-        self._packed = None
-        if d * bits <= 62:
-            shifts = torch.arange(d, device=self.device) * bits
-            self._field_mask = (1 << bits) - 1
-
-            def pack(c):
-                return (c.long() << shifts).sum(-1)
-
-            self._packed = (
-                shifts,
-                pack(self._last_onehot),
-                pack(self._head_counts),
-                pack(self._block_counts),
-            )
-        self._prev = (self._paths[:, -2] if k > 1 else self._paths[:, -1]).to(
-            self.device
-        )
 
     def _codes(self):
         n = self.n_models * self.batch
@@ -437,11 +447,22 @@ class MarkovWindows(_Windows):
             self._buffers = (u, uK, frac, jK, codes, rows)
             if self.device.type == "cpu":  # NumPy views of the same memory
                 self._np_rows = [tuple(t.numpy() for t in r) for r in rows]
+                self._np_bufs = tuple(t.numpy() for t in (u, uK, frac, jK))
                 self._np_tables = tuple(
-                    t.numpy() for t in (self._accept, self._alias, self._last)
+                    t.numpy() for t in (self._accept, self._alias, self._last * K)
+                )
+                self._np_pi = (self._accept_pi.numpy(), self._alias_pi.numpy())
+                # per-block scratch: the table index, threshold, test and row offset
+                self._np_scratch = (
+                    np.empty(n, dtype=np.intp),
+                    np.empty(n),
+                    np.empty(n, dtype=bool),
+                    np.empty(n, dtype=np.intp),
                 )
         u, uK, frac, jK, codes, rows = self._buffers
         torch.rand(u.shape, generator=self.gen, dtype=torch.float64, out=u)
+        if self.device.type == "cpu":  # the same steps in NumPy: far less per-call cost
+            return self._codes_numpy(d, K), codes
         ud = u[0] * d
         j = ud.long()  # u < 1, so floor(d u) < d: no clamp needed
         x = torch.where(ud.sub_(j) < self._accept_pi.take(j), j, self._alias_pi.take(j))
@@ -449,20 +470,40 @@ class MarkovWindows(_Windows):
         torch.mul(u[1:], K, out=uK)
         jK.copy_(uK)  # floor(K u): uK >= 0, so truncation is the floor
         torch.frac(uK, out=frac)  # uK - floor(uK), the same rounding as the subtraction
-        if self.device.type == "cpu":  # the same steps in NumPy: far less per-call cost
-            acc, ali, last = self._np_tables
-            xs = x.numpy()
-            for jb, fb, out in self._np_rows:
-                idx = jb + xs * K  # row x of the alias tables, column jb
-                ali.take(idx, out=out)
-                np.copyto(out, jb, where=fb < acc.take(idx))
-                xs = last.take(out)
-            return first, codes
         for jb, fb, out in rows:  # views of the buffers' rows, made once
             idx = jb.add(x, alpha=K)  # row x of the alias tables, column jb
             torch.where(fb < self._accept.take(idx), jb, self._alias.take(idx), out=out)
             x = self._last.take(out)
         return first, codes
+
+    def _codes_numpy(self, d, K):
+        """:meth:`_codes`'s steps after the uniforms, in NumPy on the CPU (the same values)."""
+        u, uK, frac, jK = self._np_bufs
+        acc_pi, ali_pi = self._np_pi
+        ud = u[0] * d
+        j = ud.astype(np.intp)  # u < 1, so floor(d u) < d
+        # (indices are in range: mode="wrap" only skips numpy's bounds checks)
+        x = np.where(
+            ud - j < acc_pi.take(j, mode="wrap"), j, ali_pi.take(j, mode="wrap")
+        )
+        np.multiply(u[1:], K, out=uK)
+        np.copyto(
+            jK, uK, casting="unsafe"
+        )  # floor(K u): uK >= 0, truncation is the floor
+        np.subtract(uK, jK, out=frac)  # exact: uK - floor(uK)
+        acc, ali, last_K = self._np_tables
+        idx, thr, keep, row = self._np_scratch
+        np.multiply(x, K, out=row)  # row x of the alias tables starts at x K
+        for jb, fb, out in self._np_rows:
+            np.add(jb, row, out=idx)  # row x, column jb
+            ali.take(idx, out=out, mode="wrap")
+            acc.take(idx, out=thr, mode="wrap")
+            np.less(fb, thr, out=keep)
+            np.copyto(out, jb, where=keep)
+            last_K.take(
+                out, out=row, mode="wrap"
+            )  # the next row: the path's last token
+        return torch.from_numpy(x)
 
     def __call__(self, step: int) -> torch.Tensor:
         first, codes = self._codes()
@@ -479,11 +520,48 @@ class MarkovWindows(_Windows):
         counts, query, target = self._counts_by_type(dtype)
         return counts.transpose(1, 2), query, target
 
+    def _log_table(self, dtype):
+        """log n for n = 0, ..., context (float64's, rounded to ``dtype``)."""
+        if ("log", dtype) not in self._tables:
+            n = torch.arange(self.context + 1, dtype=torch.float64)
+            self._tables["log", dtype] = n.log().to(self.device, dtype)
+        return self._tables["log", dtype]
+
+    def _counts_numpy(self, first, codes, dtype, log):
+        """:meth:`_counts_by_type` from packed counts, in NumPy on the CPU (the same values)."""
+        if "np" not in self._tables:
+            self._tables["np"] = tuple(
+                t.numpy() for t in (*self._packed, self._prev, self._last)
+            )
+        shifts, p_first, p_head, p_block, prev, last = self._tables["np"]
+        w = "wrap"  # indices are in range: "wrap" only skips numpy's bounds checks
+        packed = p_first.take(first, mode=w) + p_head.take(codes[-1], mode=w)
+        if len(codes) > 1:  # every block but the last: all k tokens are keys
+            packed += p_block.take(codes[:-1], mode=w).sum(0)
+        E, B = self.n_models, self.batch
+        c = (packed.reshape(E, 1, B) >> shifts[:, None]) & self._field_mask
+        if log:
+            counts = torch.from_numpy(self._log_table(dtype).numpy().take(c, mode=w))
+        else:
+            counts = torch.from_numpy(c).to(dtype)
+        if self.block > 1:
+            query = prev.take(codes[-1], mode=w)
+        else:
+            query = last.take(codes[-2], mode=w) if len(codes) > 1 else first
+        target = last.take(codes[-1], mode=w)
+        return (
+            counts,
+            torch.from_numpy(query).reshape(E, B),
+            torch.from_numpy(target).reshape(E, B),
+        )
+
     def _counts_by_type(self, dtype, *, log=False):
         """:meth:`sample_counts` with the token axis in the middle: counts ``(E, d, B)``, or
         with ``log`` their logarithms (``-inf`` for an absent type, as float64's log rounded
         to ``dtype``, looked up in a table)."""
         first, codes = self._codes()
+        if self._packed is not None and self.device.type == "cpu":
+            return self._counts_numpy(first.numpy(), codes.numpy(), dtype, log)
         tdt = torch.float64 if log else dtype
         if tdt not in self._tables:
             self._tables[tdt] = (
@@ -500,11 +578,8 @@ class MarkovWindows(_Windows):
                 packed += p_block.take(codes[:-1]).sum(0)
             counts = packed.view(self.n_models, 1, self.batch) >> shifts[:, None]
             counts = counts.bitwise_and_(self._field_mask)
-            if log:  # log n for n = 0, ..., context
-                if ("log", dtype) not in self._tables:
-                    n = torch.arange(self.context + 1, dtype=torch.float64)
-                    self._tables["log", dtype] = n.log().to(self.device, dtype)
-                counts = self._tables["log", dtype].take(counts)
+            if log:
+                counts = self._log_table(dtype).take(counts)
         else:
             counts = onehot.index_select(0, first) + head.index_select(0, codes[-1])
             if len(codes) > 1:
