@@ -229,8 +229,8 @@ def test_training_by_counts_equals_the_windows_loss():
 @pytest.mark.parametrize("d,context", [(4, 32), (9, 40), (12, 40), (3, 7)])
 def test_markov_windows_fast_paths_keep_the_draws(d, context):
     """The packed integer counts (and their float fallback for large d) equal the windows'
-    counts, and the CPU path draws the same tokens as the step-by-step alias draw from the
-    same uniforms (so archived runs reproduce)."""
+    counts, and the CPU (NumPy) and torch paths draw the same tokens as the step-by-step
+    alias draw from the same uniforms (so archived runs reproduce)."""
     g = torch.Generator().manual_seed(d)
     P = torch.softmax(torch.randn(d, d, generator=g, dtype=torch.float64), -1)
     s = MarkovWindows(P, batch=30, context=context, n_models=2, seed=5)
@@ -244,6 +244,14 @@ def test_markov_windows_fast_paths_keep_the_draws(d, context):
     s.gen.set_state(state)  # train()'s form: log counts, the token axis in the middle
     logn = s._counts_by_type(torch.float32, log=True)[0]
     assert torch.equal(logn, ref.double().log().float().transpose(1, 2))
+    # the torch steps (a GPU's) give the same draws as the NumPy ones, here on the CPU
+    t = MarkovWindows(P, batch=30, context=context, n_models=2, seed=5)
+    t._numpy = False
+    t.gen.set_state(state)
+    assert torch.equal(t(0), w)
+    t.gen.set_state(state)
+    for a, b in zip(t._counts_by_type(torch.float32, log=True), (logn, q, y)):
+        assert torch.equal(a, b)
     # the reference: one block after another, in torch, from the same uniforms
     s.gen.set_state(state)
     u = torch.rand(1 + context // s.block, 60, generator=s.gen, dtype=torch.float64)

@@ -14,8 +14,9 @@ as the population loss of :mod:`attnbook.focus.population`, which is this loss's
 :math:`s\to\infty` limit.
 
 An **ensemble** of ``n_models`` independent models (one per seed) lives in one module: every
-weight has a leading model dimension and one batched forward/backward trains all of them
-(their losses are summed, so their gradients do not mix). Runs on the GPU when one is present.
+weight has a leading model dimension and one batched step trains all of them (their losses
+are summed, so their gradients do not mix; :func:`train` computes the gradient in closed form,
+without autograd). Runs on the GPU when one is present.
 """
 
 from __future__ import annotations
@@ -430,6 +431,7 @@ class MarkovWindows(_Windows):
             setattr(self, name, value)
         self._tables = {}
         self._buffers = None
+        self._numpy = self.device.type == "cpu"  # else the same steps in torch
 
     def _codes(self):
         n = self.n_models * self.batch
@@ -445,7 +447,7 @@ class MarkovWindows(_Windows):
             u, uK, frac, jK, codes = f64[0], f64[1, 1:], f64[2, 1:], i64[0], i64[1]
             rows = list(zip(jK.unbind(0), frac.unbind(0), codes.unbind(0)))
             self._buffers = (u, uK, frac, jK, codes, rows)
-            if self.device.type == "cpu":  # NumPy views of the same memory
+            if self._numpy:  # NumPy views of the same memory
                 self._np_rows = [tuple(t.numpy() for t in r) for r in rows]
                 self._np_bufs = tuple(t.numpy() for t in (u, uK, frac, jK))
                 self._np_tables = tuple(
@@ -461,7 +463,7 @@ class MarkovWindows(_Windows):
                 )
         u, uK, frac, jK, codes, rows = self._buffers
         torch.rand(u.shape, generator=self.gen, dtype=torch.float64, out=u)
-        if self.device.type == "cpu":  # the same steps in NumPy: far less per-call cost
+        if self._numpy:  # the same steps in NumPy: far less per-call cost
             return self._codes_numpy(d, K), codes
         ud = u[0] * d
         j = ud.long()  # u < 1, so floor(d u) < d: no clamp needed
@@ -560,7 +562,7 @@ class MarkovWindows(_Windows):
         with ``log`` their logarithms (``-inf`` for an absent type, as float64's log rounded
         to ``dtype``, looked up in a table)."""
         first, codes = self._codes()
-        if self._packed is not None and self.device.type == "cpu":
+        if self._packed is not None and self._numpy:
             return self._counts_numpy(first.numpy(), codes.numpy(), dtype, log)
         tdt = torch.float64 if log else dtype
         if tdt not in self._tables:
@@ -675,7 +677,8 @@ def train(
 
     ``optimizer`` is ``"sgd"`` (plain, the Euler scheme of the gradient flow, flow time
     :math:`t = \eta k`) or ``"adam"``. The sum of the per-model losses is minimised, so each
-    model gets exactly its own gradient. Weights are recorded every ``record_every`` steps (or
+    model gets exactly its own gradient, computed in closed form from the windows' key counts
+    (no autograd graph; equal to autograd's to round-off). Weights are recorded every ``record_every`` steps (or
     at ``record_steps``). Raises :class:`TrainingDiverged` on a non-finite loss.
     """
     if not isinstance(model, OneLayerTransformer):
