@@ -16,7 +16,12 @@ from attnbook.focus import (
     population_flow,
     train,
 )
-from attnbook.focus.model import TrainingDiverged, markov_context_loss
+from attnbook.focus.model import (
+    TrainingDiverged,
+    _loss_and_grads,
+    _losses_from_counts,
+    markov_context_loss,
+)
 from attnbook.markov import lazy_chain, perturbed_chain, sample_sequences
 from attnbook.markov import stationary as markov_stationary
 
@@ -224,8 +229,8 @@ def test_training_by_counts_equals_the_windows_loss():
 @pytest.mark.parametrize("d,context", [(4, 32), (9, 40), (12, 40), (3, 7)])
 def test_markov_windows_fast_paths_keep_the_draws(d, context):
     """The packed integer counts (and their float fallback for large d) equal the windows'
-    counts, and the CPU path draws the same tokens as the step-by-step alias draw from the
-    same uniforms (so archived runs reproduce)."""
+    counts, and the CPU (NumPy) and torch paths draw the same tokens as the step-by-step
+    alias draw from the same uniforms (so archived runs reproduce)."""
     g = torch.Generator().manual_seed(d)
     P = torch.softmax(torch.randn(d, d, generator=g, dtype=torch.float64), -1)
     s = MarkovWindows(P, batch=30, context=context, n_models=2, seed=5)
@@ -236,6 +241,17 @@ def test_markov_windows_fast_paths_keep_the_draws(d, context):
     ref = torch.nn.functional.one_hot(w[..., :-1], d).sum(-2).float()
     assert torch.equal(counts, ref)
     assert torch.equal(q, w[..., -2]) and torch.equal(y, w[..., -1])
+    s.gen.set_state(state)  # train()'s form: log counts, the token axis in the middle
+    logn = s._counts_by_type(torch.float32, log=True)[0]
+    assert torch.equal(logn, ref.double().log().float().transpose(1, 2))
+    # the torch steps (a GPU's) give the same draws as the NumPy ones, here on the CPU
+    t = MarkovWindows(P, batch=30, context=context, n_models=2, seed=5)
+    t._numpy = False
+    t.gen.set_state(state)
+    assert torch.equal(t(0), w)
+    t.gen.set_state(state)
+    for a, b in zip(t._counts_by_type(torch.float32, log=True), (logn, q, y)):
+        assert torch.equal(a, b)
     # the reference: one block after another, in torch, from the same uniforms
     s.gen.set_state(state)
     u = torch.rand(1 + context // s.block, 60, generator=s.gen, dtype=torch.float64)
@@ -250,3 +266,26 @@ def test_markov_windows_fast_paths_keep_the_draws(d, context):
         toks.append(s._paths[code])
         x = s._last[code]
     assert torch.equal(w.reshape(60, -1), torch.cat(toks, 1))
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_hand_derived_gradient_matches_autograd(masked):
+    """train()'s loss and gradient (no autograd) equal autograd's on the count-based loss,
+    which equals finite_loss on the windows; with masked keys too (all-masked windows give
+    no output)."""
+    P = perturbed_chain(4, 0.6, 0.05, 0.5)
+    m = OneLayerTransformer(4, 5, n_models=3, eps=0.7, seed=2, dtype=torch.float64)
+    mk = torch.tensor([False, True, False, True]) if masked else None
+    s = MarkovWindows(P, batch=60, context=2, n_models=3, seed=1, device="cpu")
+    counts, q, y = s.sample_counts(0)
+    if masked:  # some windows have every key masked
+        assert bool((counts[..., ~mk].sum(-1) == 0).any())
+    params = [m.W0, m.W1, m.WQ, m.WK]
+    ref = _losses_from_counts(*params, counts, q, y, mk)
+    want = torch.autograd.grad(ref.sum(), params)
+    got, grads = _loss_and_grads(
+        *(x.detach() for x in params), counts.transpose(1, 2).log(), q, y, mk
+    )
+    torch.testing.assert_close(got, ref.detach(), rtol=1e-12, atol=0)
+    for g, w in zip(grads, want):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-12)

@@ -14,8 +14,9 @@ as the population loss of :mod:`attnbook.focus.population`, which is this loss's
 :math:`s\to\infty` limit.
 
 An **ensemble** of ``n_models`` independent models (one per seed) lives in one module: every
-weight has a leading model dimension and one batched forward/backward trains all of them
-(their losses are summed, so their gradients do not mix). Runs on the GPU when one is present.
+weight has a leading model dimension and one batched step trains all of them (their losses
+are summed, so their gradients do not mix; :func:`train` computes the gradient in closed form,
+without autograd). Runs on the GPU when one is present.
 """
 
 from __future__ import annotations
@@ -123,25 +124,15 @@ def finite_loss(params: Params, windows, *, masked_keys=None) -> torch.Tensor:
     return -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).mean(-1)
 
 
-def _count_losses(W0, W1, WQ, WK, windows, masked_keys=None) -> torch.Tensor:
-    r"""Per-model loss of ``windows`` (E, B, s+1) in token space (no validation, no host sync).
+def _losses_from_counts(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
+    r"""Per-model mean cross-entropy from key counts (E, B, d), queries and targets (E, B).
 
     The attention output depends on a context only through its query and the count
     :math:`n_k` of each token type among the keys: :math:`f = \sum_k n_k e^{\Phi_{qk}} M_k /
     \sum_k n_k e^{\Phi_{qk}}`. This is :func:`finite_loss` exactly, at :math:`O(d^2)` per
-    window instead of :math:`O(sm)`; the training loop calls it on every step.
+    window instead of :math:`O(sm)`, and differentiable by autograd; :func:`train` uses its
+    hand-derived gradient, :func:`_loss_and_grads`.
     """
-    d = W0.shape[-2]
-    ctx = windows[..., :-1]
-    counts = torch.zeros(*ctx.shape[:-1], d, dtype=W0.dtype, device=W0.device)
-    counts.scatter_add_(-1, ctx, torch.ones_like(ctx, dtype=W0.dtype))
-    return _losses_from_counts(
-        W0, W1, WQ, WK, counts, ctx[..., -1], windows[..., -1], masked_keys
-    )
-
-
-def _losses_from_counts(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
-    """Per-model mean cross-entropy from key counts (E, B, d), queries and targets (E, B)."""
     if masked_keys is not None:
         counts = counts.masked_fill(masked_keys, 0.0)
     M = W0 @ W1  # (E, d, d)
@@ -160,6 +151,48 @@ def _losses_from_counts(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
     logits = w @ M  # (E, B, d)
     lse = torch.logsumexp(logits, -1)
     return (lse - logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)).mean(-1)
+
+
+def _loss_and_grads(W0, W1, WQ, WK, log_counts, q, y, masked_keys=None):
+    r"""Per-model loss and the exact gradient of their sum, without autograd (training step).
+
+    ``log_counts`` are the logarithms of the key counts (``-inf`` for a type absent from a
+    window) with the token axis in the middle, ``(E, d, B)`` (``B`` windows), ``q`` and ``y``
+    the queries and targets ``(E, B)``. The loss is
+    :func:`_losses_from_counts`'s: with :math:`a = \mathrm{softmax}_k(\Phi_{qk} + \log n_k)`,
+    :math:`f = a^\top M`, :math:`L = \mathrm{mean}_b(\log\sum_j e^{f_j} - f_y)`. Its
+    gradient, with :math:`g = (\mathrm{softmax}(f) - e_y)/B`:
+    :math:`\partial M = \sum_b a g^\top`, :math:`\partial\Phi_{q,:} = \sum_{b: q_b = q}
+    a\odot(Mg - a^\top M g)`, then the chain rule through :math:`M = W_0W_1` and
+    :math:`\Phi = W_0 W_Q W_K^\top W_0^\top`. Returns ``(losses (E,), (dW0, dW1, dWQ, dWK))``;
+    ``tests/test_focus_model.py`` checks it against autograd. The token axis in the middle
+    keeps every reduction over the d types a vectorised one over the windows.
+    """
+    E, d, B = log_counts.shape
+    W0T, WKT = W0.transpose(1, 2), WK.transpose(1, 2)
+    A = WQ @ WKT  # (E, m, m)
+    W0A = W0 @ A
+    PhiT = W0 @ W0A.transpose(1, 2)  # PhiT[e, k, q] = Phi[e, q, k]
+    M = W0 @ W1
+    qx = q[:, None, :].expand(E, d, B)
+    s = PhiT.gather(2, qx)  # (E, d, B): the query's scores against every type
+    if masked_keys is not None:
+        log_counts = log_counts.masked_fill(masked_keys[:, None], float("-inf"))
+    a = torch.softmax(s.add_(log_counts), 1)  # the attention mass of each key type
+    if masked_keys is not None:
+        a = a.nan_to_num_(0.0)  # all keys masked -> no output
+    f = M.transpose(1, 2) @ a  # logits (E, d, B)
+    logp = torch.log_softmax(f, 1)
+    yi = y[:, None, :]
+    losses = logp.gather(1, yi).mean((1, 2)).neg_()
+    g = logp.exp_().scatter_add_(1, yi, torch.full_like(yi, -1, dtype=f.dtype))
+    GM = (a @ g.transpose(1, 2)).div_(B)  # dL/dM
+    ds = torch.ops.aten._softmax_backward_data(M @ g, a, 1, a.dtype)  # dL/ds (times B)
+    GPhiT = torch.zeros_like(PhiT).scatter_add_(2, qx, ds).div_(B)  # dL/dPhi^T
+    GPW0 = GPhiT.transpose(1, 2) @ W0
+    dW0 = GM @ W1.transpose(1, 2) + GPW0 @ A.transpose(1, 2) + GPhiT @ W0A
+    dA = W0T @ GPW0
+    return losses, (dW0, W0T @ GM, dA @ WK, dA.transpose(1, 2) @ WQ)
 
 
 def markov_context_loss(
@@ -309,6 +342,41 @@ def _alias_tables(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 _ALIAS_CACHE: dict = {}
+_PATH_CACHE: dict = {}
+
+
+def _path_tables(d: int, k: int, context: int, device) -> dict:
+    """The per-path tables of :class:`MarkovWindows`, as its attributes (shared by every
+    sampler with the same ``d``, block ``k``, context length and device)."""
+    codes = torch.arange(d**k)
+    digits = [(codes // d ** (k - 1 - i)) % d for i in range(k)]
+    paths = torch.stack(digits, -1).to(device)  # code -> its k tokens
+    last = digits[-1].to(device)  # code -> its last token
+    # code -> the count of each token type among its first k-1 tokens (the last one of
+    # the final block is the target, not a key)
+    head = torch.nn.functional.one_hot(paths[:, :-1], d).sum(1).to(torch.float64)
+    onehot = torch.eye(d, dtype=torch.float64, device=device)
+    block = head + onehot[last]
+    t = dict(
+        _paths=paths,
+        _last=last,
+        _head_counts=head,
+        _last_onehot=onehot,
+        _block_counts=block,
+        _prev=(paths[:, -2] if k > 1 else paths[:, -1]).contiguous(),
+        _packed=None,
+    )
+    # a window's key counts as one int64: the count of type t in bits [t·b, (t+1)·b),
+    # b bits holding any count up to the context length (exact integer sums)
+    bits = context.bit_length()
+    if d * bits <= 62:
+        shifts = torch.arange(d, device=device) * bits
+        t["_field_mask"] = (1 << bits) - 1
+        t["_packed"] = (
+            shifts,
+            *((c.long() << shifts).sum(-1) for c in (onehot, head, block)),
+        )
+    return t
 
 
 class MarkovWindows(_Windows):
@@ -356,38 +424,14 @@ class MarkovWindows(_Windows):
         self._alias = torch.as_tensor(ali.reshape(-1), device=self.device)
         self._accept_pi = torch.as_tensor(acc_pi, device=self.device)
         self._alias_pi = torch.as_tensor(ali_pi, device=self.device)
-        codes = torch.arange(self._n_paths)
-        digits = [(codes // d ** (k - 1 - i)) % d for i in range(k)]
-        self._paths = torch.stack(digits, -1).to(self.device)  # code -> its k tokens
-        self._last = digits[-1].to(self.device)  # code -> its last token
-        # code -> the count of each token type among its first k-1 tokens (the last one of
-        # the final block is the target, not a key)
-        head = torch.nn.functional.one_hot(self._paths[:, :-1], d).sum(1)
-        self._head_counts = head.to(torch.float64)
-        self._last_onehot = torch.eye(d, dtype=torch.float64, device=self.device)
-        self._block_counts = self._head_counts + self._last_onehot[self._last]
+        key = (d, k, self.context.bit_length(), str(self.device))
+        if key not in _PATH_CACHE:  # the tables of the paths: O(d**k) work, done once
+            _PATH_CACHE[key] = _path_tables(d, k, self.context, self.device)
+        for name, value in _PATH_CACHE[key].items():
+            setattr(self, name, value)
         self._tables = {}
         self._buffers = None
-        # a window's key counts as one int64: the count of type t in bits [t·b, (t+1)·b),
-        # b bits holding any count up to the context length (exact integer sums)
-        bits = self.context.bit_length()
-        self._packed = None
-        if d * bits <= 62:
-            shifts = torch.arange(d, device=self.device) * bits
-            self._field_mask = (1 << bits) - 1
-
-            def pack(c):
-                return (c.long() << shifts).sum(-1)
-
-            self._packed = (
-                shifts,
-                pack(self._last_onehot),
-                pack(self._head_counts),
-                pack(self._block_counts),
-            )
-        self._prev = (self._paths[:, -2] if k > 1 else self._paths[:, -1]).to(
-            self.device
-        )
+        self._numpy = self.device.type == "cpu"  # else the same steps in torch
 
     def _codes(self):
         n = self.n_models * self.batch
@@ -403,13 +447,24 @@ class MarkovWindows(_Windows):
             u, uK, frac, jK, codes = f64[0], f64[1, 1:], f64[2, 1:], i64[0], i64[1]
             rows = list(zip(jK.unbind(0), frac.unbind(0), codes.unbind(0)))
             self._buffers = (u, uK, frac, jK, codes, rows)
-            if self.device.type == "cpu":  # NumPy views of the same memory
+            if self._numpy:  # NumPy views of the same memory
                 self._np_rows = [tuple(t.numpy() for t in r) for r in rows]
+                self._np_bufs = tuple(t.numpy() for t in (u, uK, frac, jK))
                 self._np_tables = tuple(
-                    t.numpy() for t in (self._accept, self._alias, self._last)
+                    t.numpy() for t in (self._accept, self._alias, self._last * K)
+                )
+                self._np_pi = (self._accept_pi.numpy(), self._alias_pi.numpy())
+                # per-block scratch: the table index, threshold, test and row offset
+                self._np_scratch = (
+                    np.empty(n, dtype=np.intp),
+                    np.empty(n),
+                    np.empty(n, dtype=bool),
+                    np.empty(n, dtype=np.intp),
                 )
         u, uK, frac, jK, codes, rows = self._buffers
         torch.rand(u.shape, generator=self.gen, dtype=torch.float64, out=u)
+        if self._numpy:  # the same steps in NumPy: far less per-call cost
+            return self._codes_numpy(d, K), codes
         ud = u[0] * d
         j = ud.long()  # u < 1, so floor(d u) < d: no clamp needed
         x = torch.where(ud.sub_(j) < self._accept_pi.take(j), j, self._alias_pi.take(j))
@@ -417,20 +472,40 @@ class MarkovWindows(_Windows):
         torch.mul(u[1:], K, out=uK)
         jK.copy_(uK)  # floor(K u): uK >= 0, so truncation is the floor
         torch.frac(uK, out=frac)  # uK - floor(uK), the same rounding as the subtraction
-        if self.device.type == "cpu":  # the same steps in NumPy: far less per-call cost
-            acc, ali, last = self._np_tables
-            xs = x.numpy()
-            for jb, fb, out in self._np_rows:
-                idx = jb + xs * K  # row x of the alias tables, column jb
-                ali.take(idx, out=out)
-                np.copyto(out, jb, where=fb < acc.take(idx))
-                xs = last.take(out)
-            return first, codes
         for jb, fb, out in rows:  # views of the buffers' rows, made once
             idx = jb.add(x, alpha=K)  # row x of the alias tables, column jb
             torch.where(fb < self._accept.take(idx), jb, self._alias.take(idx), out=out)
             x = self._last.take(out)
         return first, codes
+
+    def _codes_numpy(self, d, K):
+        """:meth:`_codes`'s steps after the uniforms, in NumPy on the CPU (the same values)."""
+        u, uK, frac, jK = self._np_bufs
+        acc_pi, ali_pi = self._np_pi
+        ud = u[0] * d
+        j = ud.astype(np.intp)  # u < 1, so floor(d u) < d
+        # (indices are in range: mode="wrap" only skips numpy's bounds checks)
+        x = np.where(
+            ud - j < acc_pi.take(j, mode="wrap"), j, ali_pi.take(j, mode="wrap")
+        )
+        np.multiply(u[1:], K, out=uK)
+        np.copyto(
+            jK, uK, casting="unsafe"
+        )  # floor(K u): uK >= 0, truncation is the floor
+        np.subtract(uK, jK, out=frac)  # exact: uK - floor(uK)
+        acc, ali, last_K = self._np_tables
+        idx, thr, keep, row = self._np_scratch
+        np.multiply(x, K, out=row)  # row x of the alias tables starts at x K
+        for jb, fb, out in self._np_rows:
+            np.add(jb, row, out=idx)  # row x, column jb
+            ali.take(idx, out=out, mode="wrap")
+            acc.take(idx, out=thr, mode="wrap")
+            np.less(fb, thr, out=keep)
+            np.copyto(out, jb, where=keep)
+            last_K.take(
+                out, out=row, mode="wrap"
+            )  # the next row: the path's last token
+        return torch.from_numpy(x)
 
     def __call__(self, step: int) -> torch.Tensor:
         first, codes = self._codes()
@@ -442,23 +517,71 @@ class MarkovWindows(_Windows):
     def sample_counts(self, step: int, dtype=torch.float64):
         """A fresh batch as ``(counts, query, target)``: for each window, the count of each
         token type among its ``context`` keys ``(n_models, batch, d)``, its query (last
-        context token) and its target, without building the windows. Same law as
-        ``self(step)``; :func:`train` uses it."""
-        first, codes = self._codes()
-        if dtype not in self._tables:
-            self._tables[dtype] = (
-                self._head_counts.to(dtype),
-                self._last_onehot.to(dtype),
-                self._block_counts.to(dtype),
+        context token) and its target, without building the windows. Same law (and the same
+        draws) as ``self(step)``; :func:`train` uses it."""
+        counts, query, target = self._counts_by_type(dtype)
+        return counts.transpose(1, 2), query, target
+
+    def _log_table(self, dtype):
+        """log n for n = 0, ..., context (float64's, rounded to ``dtype``)."""
+        if ("log", dtype) not in self._tables:
+            n = torch.arange(self.context + 1, dtype=torch.float64)
+            self._tables["log", dtype] = n.log().to(self.device, dtype)
+        return self._tables["log", dtype]
+
+    def _counts_numpy(self, first, codes, dtype, log):
+        """:meth:`_counts_by_type` from packed counts, in NumPy on the CPU (the same values)."""
+        if "np" not in self._tables:
+            self._tables["np"] = tuple(
+                t.numpy() for t in (*self._packed, self._prev, self._last)
             )
-        head, onehot, block = self._tables[dtype]
+        shifts, p_first, p_head, p_block, prev, last = self._tables["np"]
+        w = "wrap"  # indices are in range: "wrap" only skips numpy's bounds checks
+        packed = p_first.take(first, mode=w) + p_head.take(codes[-1], mode=w)
+        if len(codes) > 1:  # every block but the last: all k tokens are keys
+            packed += p_block.take(codes[:-1], mode=w).sum(0)
+        E, B = self.n_models, self.batch
+        c = (packed.reshape(E, 1, B) >> shifts[:, None]) & self._field_mask
+        if log:
+            counts = torch.from_numpy(self._log_table(dtype).numpy().take(c, mode=w))
+        else:
+            counts = torch.from_numpy(c).to(dtype)
+        if self.block > 1:
+            query = prev.take(codes[-1], mode=w)
+        else:
+            query = last.take(codes[-2], mode=w) if len(codes) > 1 else first
+        target = last.take(codes[-1], mode=w)
+        return (
+            counts,
+            torch.from_numpy(query).reshape(E, B),
+            torch.from_numpy(target).reshape(E, B),
+        )
+
+    def _counts_by_type(self, dtype, *, log=False):
+        """:meth:`sample_counts` with the token axis in the middle: counts ``(E, d, B)``, or
+        with ``log`` their logarithms (``-inf`` for an absent type, as float64's log rounded
+        to ``dtype``, looked up in a table)."""
+        first, codes = self._codes()
+        if self._packed is not None and self._numpy:
+            return self._counts_numpy(first.numpy(), codes.numpy(), dtype, log)
+        tdt = torch.float64 if log else dtype
+        if tdt not in self._tables:
+            self._tables[tdt] = (
+                self._head_counts.to(tdt),
+                self._last_onehot.to(tdt),
+                self._block_counts.to(tdt),
+            )
+        head, onehot, block = self._tables[tdt]
         d = onehot.shape[0]
         if self._packed is not None:  # integer counts packed in one int64 per window
             shifts, p_first, p_head, p_block = self._packed
             packed = p_first.take(first) + p_head.take(codes[-1])
             if len(codes) > 1:  # every block but the last: all k tokens are keys
                 packed += p_block.take(codes[:-1]).sum(0)
-            counts = (packed[:, None] >> shifts).bitwise_and_(self._field_mask)
+            counts = packed.view(self.n_models, 1, self.batch) >> shifts[:, None]
+            counts = counts.bitwise_and_(self._field_mask)
+            if log:
+                counts = self._log_table(dtype).take(counts)
         else:
             counts = onehot.index_select(0, first) + head.index_select(0, codes[-1])
             if len(codes) > 1:
@@ -474,8 +597,12 @@ class MarkovWindows(_Windows):
             query = self._prev.take(codes[-1])
         target = self._last.take(codes[-1])
         shape = (self.n_models, self.batch)
+        if self._packed is None:
+            counts = counts.view(*shape, d).transpose(1, 2)
+            if log:
+                counts = counts.log()
         return (
-            counts.to(dtype).reshape(*shape, d),
+            counts.to(dtype, memory_format=torch.contiguous_format),
             query.reshape(shape),
             target.reshape(shape),
         )
@@ -550,7 +677,8 @@ def train(
 
     ``optimizer`` is ``"sgd"`` (plain, the Euler scheme of the gradient flow, flow time
     :math:`t = \eta k`) or ``"adam"``. The sum of the per-model losses is minimised, so each
-    model gets exactly its own gradient. Weights are recorded every ``record_every`` steps (or
+    model gets exactly its own gradient, computed in closed form from the windows' key counts
+    (no autograd graph; equal to autograd's to round-off). Weights are recorded every ``record_every`` steps (or
     at ``record_steps``). Raises :class:`TrainingDiverged` on a non-finite loss.
     """
     if not isinstance(model, OneLayerTransformer):
@@ -584,18 +712,26 @@ def train(
         raise ValueError(
             f"the sampler's chain has {sampler.P.shape[-1]} tokens, model d = {model.d}"
         )
+    weights = [x.detach() for x in params]
     for k in it:
         if by_counts:  # Markov windows straight to key counts: no window is built
-            counts, q, y = sampler.sample_counts(k, dtype=model.W0.dtype)
-            losses = _losses_from_counts(*params, counts, q, y, mk)
+            log_counts, q, y = sampler._counts_by_type(model.W0.dtype, log=True)
         else:
             batch = sampler(k)
             if k == 0:  # validate the sampler's output once; later steps trust it
                 batch = _tokens(batch, "sampler output", model.d).to(model.W0.device)
             if batch.dim() == 2:
                 batch = batch.unsqueeze(0).expand(model.n_models, *batch.shape)
-            losses = _count_losses(*params, batch, mk)
-        running += losses.detach()
+            ctx = batch[..., :-1]
+            counts = torch.zeros(*ctx.shape[:-1], model.d, dtype=model.W0.dtype)
+            counts = counts.to(model.W0.device).scatter_add_(
+                -1, ctx, torch.ones_like(ctx, dtype=counts.dtype)
+            )
+            log_counts = counts.transpose(1, 2).log()
+            q, y = ctx[..., -1], batch[..., -1]
+        # the loss and its exact gradient in one pass (no autograd graph: see _loss_and_grads)
+        losses, grads = _loss_and_grads(*weights, log_counts, q, y, mk)
+        running += losses
         n_run += 1
         if k in record:
             # the only host sync: a divergence check at each recorded step
@@ -612,10 +748,8 @@ def train(
             running = torch.zeros_like(running)
             n_run = 0
         if k < steps:
-            grads = torch.autograd.grad(losses.sum(), params)
             if opt is None:  # plain SGD: one fused update, no optimizer bookkeeping
-                with torch.no_grad():
-                    torch._foreach_add_(params, grads, alpha=-lr)
+                torch._foreach_add_(weights, grads, alpha=-lr)
             else:
                 for x, g in zip(params, grads):
                     x.grad = g
