@@ -113,3 +113,24 @@ def test_validation_helpers():
         v.check_choice("x", "kind", ("a", "b"))
     with pytest.raises(ValueError, match="at least 2"):
         v.check_ndim(torch.ones(3), "x", 2, at_least=True)
+
+
+def test_generator_on_seeds_a_generator_on_the_other_device(monkeypatch):
+    import attnbook.device as D
+
+    gen = torch.Generator().manual_seed(3)
+    assert D.generator_on(gen, "cpu") is gen  # same device: used as is
+    assert D.generator_on(None, "cpu") is None
+    assert D.generator_on(5, "cpu").initial_seed() == 5
+    made = []
+    monkeypatch.setattr(
+        D, "make_generator", lambda seed, device: made.append((seed, device))
+    )
+    D.generator_on(torch.Generator().manual_seed(3), "cuda")
+    D.generator_on(torch.Generator().manual_seed(3), "cuda")
+    D.generator_on(torch.Generator().manual_seed(4), "cuda")
+    (s1, d1), (s2, _), (s3, _) = made
+    assert (
+        s1 == s2 != s3 and 0 <= s1 < 2**62
+    )  # deterministic in the CPU generator's state
+    assert torch.device(d1).type == "cuda"

@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -287,3 +289,23 @@ def test_per_coordinate_diagnostics_in_chunks_match_the_whole():
         torch.testing.assert_close(
             chunked, whole, rtol=1e-10, atol=1e-12
         )  # FFT sizes differ
+
+
+def test_diagnostics_are_computed_when_first_read():
+    init = torch.zeros(3, 2, dtype=torch.float64)
+    res = sgld.sample(
+        lambda x: 0.5 * (x**2).sum(-1), init, step_size=0.1, n_steps=60, seed=0
+    )
+    d = res.diagnostics
+    assert "rhat" not in d and {"potential", "steps", "wall_s"} <= set(d)
+    torch.testing.assert_close(res.rhat, sgld.split_rhat(res.samples))
+    assert d["min_ess"] == float(sgld.effective_sample_size(res.samples).min())
+    assert d.get("max_rhat") == float(res.rhat.max()) and d.get("nope", 7) == 7
+    with pytest.raises(KeyError):
+        d["nope"]
+    short = sgld.sample(
+        lambda x: (x**2).sum(-1), init, step_size=0.1, n_steps=3, seed=0
+    )
+    assert short.diagnostics["rhat"] is None and math.isnan(
+        short.diagnostics["max_rhat"]
+    )

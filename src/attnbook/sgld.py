@@ -60,11 +60,40 @@ __all__ = [
 SGLDDivergence = SamplerDiverged
 
 
+class _Diagnostics(dict):
+    """The diagnostics dict of :func:`sample`: the per-coordinate ``rhat`` and ``ess`` (and
+    ``max_rhat``, ``min_ess``) are computed on first use — an FFT over every coordinate of
+    every draw, which for many small chains can cost more than the sampling itself."""
+
+    _LAZY = ("rhat", "ess", "max_rhat", "min_ess")
+
+    def __init__(self, samples: torch.Tensor, values: dict):
+        super().__init__(values)
+        self._samples = samples
+
+    def __missing__(self, key):
+        if key not in self._LAZY:
+            raise KeyError(key)
+        if self._samples.shape[0] >= 4:
+            rhat = _per_coordinate(split_rhat, self._samples)
+            ess = _per_coordinate(effective_sample_size, self._samples)
+            self.update(
+                rhat=rhat, ess=ess, max_rhat=float(rhat.max()), min_ess=float(ess.min())
+            )
+        else:
+            self.update(rhat=None, ess=None, max_rhat=math.nan, min_ess=math.nan)
+        return self[key]
+
+    def get(self, key, default=None):
+        return self[key] if key in self or key in self._LAZY else default
+
+
 class SGLDResult(NamedTuple):
     """``(samples, diagnostics)``: kept samples ``(n_kept, n_chains, ...)`` and a dict with
     ``rhat`` and ``ess`` (per coordinate), ``max_rhat``, ``min_ess``, ``potential``
     ``(n_kept, n_chains)`` (``U`` of each kept sample), ``steps`` (the number of updates before
-    each kept sample) and ``wall_s`` (also under the old key ``seconds``)."""
+    each kept sample) and ``wall_s`` (also under the old key ``seconds``). ``rhat``, ``ess``,
+    ``max_rhat`` and ``min_ess`` are computed when first read."""
 
     samples: torch.Tensor
     diagnostics: dict
@@ -176,6 +205,8 @@ def sample(
     gen = generator_on(seed, theta.device)
     eta = _step_tensor(step_size, n_chains, theta)
     noise_scale = torch.sqrt(eta)
+    half_eta = 0.5 * eta
+    noise = torch.empty_like(theta)
 
     samples = torch.empty(n_kept, *theta.shape, dtype=theta.dtype, device=theta.device)
     energies = torch.empty(n_kept, n_chains, dtype=theta.dtype, device=theta.device)
@@ -201,13 +232,12 @@ def sample(
                 f"potential must return a tensor of shape (n_chains,)=({n_chains},), "
                 f"got {getattr(U, 'shape', type(U).__name__)}"
             )
-        (grad,) = torch.autograd.grad(U.sum(), theta)
+        (grad,) = torch.autograd.grad(U.sum(), theta)  # no side effect on other leaves
         with torch.no_grad():
             theta = theta.detach()
-            bad = ~torch.isfinite(theta.reshape(n_chains, -1)).all(-1)
-            bad |= ~torch.isfinite(U) | ~torch.isfinite(grad.reshape(n_chains, -1)).all(
-                -1
-            )
+            # one pass each: a sum is non-finite where any term is (or at ~1e308, diverged too)
+            flat = theta.reshape(n_chains, -1).sum(-1) + grad.reshape(n_chains, -1).sum(-1)
+            bad = ~torch.isfinite(U + flat)
             # reading `bad` waits for the device: on a GPU look every `check_every` steps
             # (a non-finite chain stays non-finite, so it is still caught), on the CPU each step
             bad_since |= bad
@@ -230,10 +260,9 @@ def sample(
                 energies[k] = U.detach()
                 steps[k] = t
                 k += 1
-            noise = torch.randn(
-                theta.shape, generator=gen, dtype=theta.dtype, device=theta.device
-            )
-            theta = theta - 0.5 * eta * grad + noise_scale * noise
+            # θ ← θ − (η/2)∇U + √η ξ, in place, with the rounding of the written-out formula
+            torch.randn(theta.shape, generator=gen, dtype=theta.dtype, out=noise)
+            theta.sub_(half_eta * grad).add_(noise.mul_(noise_scale))
     wall_s = time.perf_counter() - t0
     diagnostics = {
         "potential": energies,
@@ -242,15 +271,7 @@ def sample(
         "seconds": wall_s,
         "steps_per_second": n_steps / wall_s if wall_s > 0 else math.inf,
     }
-    if n_kept >= 4:
-        rhat = _per_coordinate(split_rhat, samples)
-        ess = _per_coordinate(effective_sample_size, samples)
-        diagnostics.update(
-            rhat=rhat, ess=ess, max_rhat=float(rhat.max()), min_ess=float(ess.min())
-        )
-    else:
-        diagnostics.update(rhat=None, ess=None, max_rhat=math.nan, min_ess=math.nan)
-    return SGLDResult(samples, diagnostics)
+    return SGLDResult(samples, _Diagnostics(samples, diagnostics))
 
 
 def _per_coordinate(fn, samples: torch.Tensor, budget: int = 2**25) -> torch.Tensor:

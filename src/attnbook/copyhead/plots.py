@@ -102,10 +102,16 @@ def action_profiles(g, profiles: Mapping[str, np.ndarray], *, ax=None, ylim=(-3,
     return ax
 
 
-def phase_lines(L, lines: Mapping[str, tuple], points: Mapping[str, tuple] = ()):
+def phase_lines(
+    L, lines: Mapping[str, tuple], points: Mapping[str, tuple] = (), *, ax=None
+):
     """Transition lines in the ``(L, P)`` plane (``lines[label] = (L, P, style)``) and measured
-    points (``points[label] = (L, P)``), log–log."""
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    points (``points[label] = (L, P)``), log–log; on ``ax`` if given, else a new figure
+    (returned either way)."""
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    else:
+        fig = ax.figure
     for label, (x, y, style) in dict(lines).items():
         ax.plot(x, y, style, label=label)
     for label, (x, y) in dict(points).items():
@@ -114,7 +120,7 @@ def phase_lines(L, lines: Mapping[str, tuple], points: Mapping[str, tuple] = ())
     ax.set_yscale("log")
     ax.set_xlabel("L")
     ax.set_ylabel("P")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=8)
     return fig
 
 
