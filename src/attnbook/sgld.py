@@ -236,7 +236,9 @@ def sample(
         with torch.no_grad():
             theta = theta.detach()
             # one pass each: a sum is non-finite where any term is (or at ~1e308, diverged too)
-            flat = theta.reshape(n_chains, -1).sum(-1) + grad.reshape(n_chains, -1).sum(-1)
+            flat = theta.reshape(n_chains, -1).sum(-1) + grad.reshape(n_chains, -1).sum(
+                -1
+            )
             bad = ~torch.isfinite(U + flat)
             # reading `bad` waits for the device: on a GPU look every `check_every` steps
             # (a non-finite chain stays non-finite, so it is still caught), on the CPU each step
