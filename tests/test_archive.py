@@ -1,5 +1,6 @@
 """Archived sweeps found locally or downloaded and checked against the packaged SHA-256 index."""
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,7 @@ def test_the_packaged_index_matches_results():
     """Stale when an archive changed: run `python -m attnbook.experiments.archive results`."""
     current = {
         folder.name: {
-            p.relative_to(folder).as_posix(): archive._sha256(p)
+            p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*"))
             if p.is_file() and p.name != "README.md"
         }

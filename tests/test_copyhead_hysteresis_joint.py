@@ -104,3 +104,18 @@ def test_crossover_derivations_match_the_solvers():
     sub2 = {s2["L"]: 256, s2["V"]: 4, s2["kappa"]: 1}
     flu = A.linear_crossover_p(seq_len=256, vocab_size=4, fluctuations=True)
     assert abs(float(P_flu.subs(sub2)) / flu - 1) < 0.03
+
+
+def test_rhat_by_size_and_phase_lines_on_given_axes():
+    fig, ax = plt.subplots(1, 2)
+    x = np.array([[0.5, 1.0, 2.0], [0.4, 1.0, 2.5]])
+    rhat = np.ones((2, 3, 2)) + 0.01
+    plots.rhat_by_size(ax[1], x, rhat, [32, 64])
+    assert len(ax[1].lines) == 5  # two observables per L, and the threshold
+    with pytest.raises(ValueError, match="rhat"):
+        plots.rhat_by_size(ax[1], x, rhat[:, :2], [32, 64])
+    out = plots.phase_lines(
+        None, {"t": ([8, 16], [1, 4], "-")}, {"p": ([8], [1])}, ax=ax[0]
+    )
+    assert out is fig and len(ax[0].lines) == 2
+    plt.close(fig)

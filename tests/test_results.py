@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnbook.results import load_fields, save_fields
+from attnbook.results import file_sha256, load_fields, save_fields
 
 
 @dataclass(frozen=True)
@@ -60,3 +60,15 @@ def test_bad_result(tmp_path):
         save_fields({"t": 1}, tmp_path / "x.npz")
     with pytest.raises(TypeError, match="field 'x'"):
         save_fields(Run(t=np.zeros(2), x=[object()], wall_s=0.0), tmp_path / "y.npz")
+
+
+def test_file_sha256_reads_in_blocks_and_matches_hashlib(tmp_path):
+    import hashlib
+
+    data = np.random.default_rng(0).bytes(3 * (1 << 20) + 17)  # several 1 MiB blocks
+    path = tmp_path / "blob.bin"
+    path.write_bytes(data)
+    assert file_sha256(path) == hashlib.sha256(data).hexdigest()
+    assert file_sha256(str(path)) == file_sha256(path)
+    with pytest.raises(FileNotFoundError):
+        file_sha256(tmp_path / "missing")

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-import hashlib
 import html
 import json
 import math
@@ -51,6 +50,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from .results import file_sha256
 
 __all__ = [
     "Claim",
@@ -304,10 +305,6 @@ def chapter_source(chapter: str, root: Path | None = None) -> Path | None:
     return root / "book" / f"{chapter}.md"
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _judge(value, interval, exp, tol, lo, hi) -> tuple[bool, float | None]:
     """Whether a claim holds, and its margin (see the module docstring)."""
     if not math.isfinite(value):
@@ -379,7 +376,7 @@ class Ledger:
         src = chapter_source(chapter)
         if src is not None and not src.is_file():
             raise ValueError(f"chapter {chapter!r} has no source file {src}")
-        self.source_sha256 = _sha256(src) if src is not None else None
+        self.source_sha256 = file_sha256(src) if src is not None else None
         self.path = Path(directory or ledger_dir()) / (
             chapter.replace("/", "__") + ".json"
         )
@@ -639,7 +636,7 @@ def ledger_status(
         rec = by_chapter.get(cid)
         if rec is None:
             missing.append(cid)
-        elif rec.get("source_sha256") != _sha256(chapter_source(cid, Path(root))):
+        elif rec.get("source_sha256") != file_sha256(chapter_source(cid, Path(root))):
             stale.append(cid)
     order = {c: i for i, c in enumerate(expected)}
     records.sort(key=lambda r: order.get(r["chapter"], len(order)))

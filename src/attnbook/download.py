@@ -17,7 +17,6 @@ SHA-256, and keeps it in a cache folder, so later runs read it from disk.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import urllib.error
 import urllib.request
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .data import DataNotFound
+from .results import file_sha256
 
 __all__ = [
     "DATA_URL_ENV",
@@ -103,14 +103,6 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "attnbook" / "data"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _advice(url: str) -> str:
     return (
         f"What to do: check the network and that {url} exists (a publisher uploads the "
@@ -120,25 +112,30 @@ def _advice(url: str) -> str:
     )
 
 
-def fetch(excerpt: Excerpt, *, progress: bool = True, timeout: float = 60.0) -> Path:
-    """The cached file of ``excerpt``, downloaded (with a progress bar) and checked first."""
-    if not isinstance(excerpt, Excerpt):
-        raise TypeError(f"excerpt must be an Excerpt, got {type(excerpt).__name__}")
-    target = cache_dir() / excerpt.filename
-    if target.is_file() and _sha256(target) == excerpt.sha256:
-        return target
-    url = base_url() + excerpt.filename
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + f".part-{os.getpid()}")
+def download_file(
+    url: str,
+    target: Path,
+    *,
+    sha256: str,
+    max_bytes: int,
+    advice: str,
+    timeout: float = 60.0,
+    progress: bool = False,
+    size_hint: int = 0,
+) -> Path:
+    """Download ``url`` to ``target``: streamed to a temporary file beside it, refused past
+    ``max_bytes``, checked against ``sha256``, then renamed (a reader never sees half a file).
+    Every failure raises :class:`DownloadError` naming the URL, followed by ``advice``."""
     from tqdm.auto import tqdm
 
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + f".part-{os.getpid()}")
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
-            total = int(resp.headers.get("Content-Length") or excerpt.size or 0)
-            if total > MAX_BYTES:
+            total = int(resp.headers.get("Content-Length") or size_hint or 0)
+            if total > max_bytes:
                 raise DownloadError(
-                    f"{url} is {total} bytes, more than the {MAX_BYTES} an excerpt may be. "
-                    + _advice(url)
+                    f"{url} is {total} bytes, more than the {max_bytes} allowed. {advice}"
                 )
             with (
                 open(tmp, "wb") as out,
@@ -146,16 +143,16 @@ def fetch(excerpt: Excerpt, *, progress: bool = True, timeout: float = 60.0) -> 
                     total=total or None,
                     unit="B",
                     unit_scale=True,
-                    desc=excerpt.filename,
+                    desc=target.name,
                     disable=not progress,
                 ) as bar,
             ):
                 n = 0
                 for block in iter(lambda: resp.read(1 << 16), b""):
                     n += len(block)
-                    if n > MAX_BYTES:
+                    if n > max_bytes:
                         raise DownloadError(
-                            f"{url} sent more than {MAX_BYTES} bytes. " + _advice(url)
+                            f"{url} sent more than {max_bytes} bytes. {advice}"
                         )
                     out.write(block)
                     bar.update(len(block))
@@ -164,17 +161,37 @@ def fetch(excerpt: Excerpt, *, progress: bool = True, timeout: float = 60.0) -> 
         if isinstance(exc, DownloadError):
             raise
         raise DownloadError(
-            f"could not download {url}: {type(exc).__name__}: {exc}. " + _advice(url)
+            f"could not download {url}: {type(exc).__name__}: {exc}. {advice}"
         ) from exc
-    digest = _sha256(tmp)
-    if digest != excerpt.sha256:
+    digest = file_sha256(tmp)
+    if digest != sha256:
         tmp.unlink(missing_ok=True)
         raise DownloadError(
-            f"{url}: SHA-256 {digest} does not match the expected {excerpt.sha256} "
-            "(a different or damaged file). " + _advice(url)
+            f"{url}: SHA-256 {digest} does not match the expected {sha256} "
+            f"(a different or damaged file). {advice}"
         )
     os.replace(tmp, target)
     return target
+
+
+def fetch(excerpt: Excerpt, *, progress: bool = True, timeout: float = 60.0) -> Path:
+    """The cached file of ``excerpt``, downloaded (with a progress bar) and checked first."""
+    if not isinstance(excerpt, Excerpt):
+        raise TypeError(f"excerpt must be an Excerpt, got {type(excerpt).__name__}")
+    target = cache_dir() / excerpt.filename
+    if target.is_file() and file_sha256(target) == excerpt.sha256:
+        return target
+    url = base_url() + excerpt.filename
+    return download_file(
+        url,
+        target,
+        sha256=excerpt.sha256,
+        max_bytes=MAX_BYTES,
+        advice=_advice(url),
+        timeout=timeout,
+        progress=progress,
+        size_hint=excerpt.size,
+    )
 
 
 def excerpt_text(name: str, split: str, *, progress: bool = True) -> str:
@@ -222,7 +239,7 @@ def build_excerpts(out_dir, *, data_dir=None) -> dict[tuple[str, str], Path]:
         text = load_text(ex.name, ex.split, data_dir=data_dir, download=False)
         path = out_dir / ex.filename
         path.write_bytes(make_excerpt(text, ex.max_tokens).encode("utf-8"))
-        digest = _sha256(path)
+        digest = file_sha256(path)
         if digest != ex.sha256:
             raise ValueError(
                 f"{path}: SHA-256 {digest} ({path.stat().st_size} bytes) differs from "

@@ -10,6 +10,7 @@ never sees half a file.
 
 from __future__ import annotations
 
+import hashlib
 import numbers
 import os
 from dataclasses import fields, is_dataclass
@@ -17,7 +18,17 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["save_fields", "load_fields"]
+__all__ = ["save_fields", "load_fields", "file_sha256"]
+
+
+def file_sha256(path) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks (the one checksum of the package:
+    downloaded excerpts and archives, stored points, chapter sources)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _plain(value) -> bool:

@@ -158,3 +158,22 @@ def matched_series(ax, series: Mapping[str, tuple], *, ylabel: str = "", xlabel=
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8, ncol=2)
     return ax
+
+
+def rhat_by_size(ax, x, rhat, L, *, threshold: float = 1.1):
+    """The worst R̂ of each sample size: ``x (n_L, n_P)`` (e.g. P over a crossover), ``rhat
+    (n_L, n_P, 2)`` for ``|m|`` (circles) and aligned ``c_G`` (squares), one colour per ``L``,
+    and the ``threshold`` dotted."""
+    x, rhat = np.asarray(x, dtype=float), np.asarray(rhat, dtype=float)
+    if rhat.shape != (*x.shape, 2) or len(L) != x.shape[0]:
+        raise ValueError(
+            f"rhat must be (n_L, n_P, 2) with x (n_L, n_P) and one L per row; got "
+            f"{rhat.shape}, {x.shape}, {len(L)}"
+        )
+    for k, l in enumerate(L):
+        ax.plot(x[k], rhat[k, :, 0], "o-", color=f"C{k}", label=f"|m|, L = {l}")
+        ax.plot(x[k], rhat[k, :, 1], "s--", color=f"C{k}", label=f"c_G, L = {l}")
+    ax.axhline(threshold, color="0.5", ls=":")
+    ax.set(xscale="log", ylabel="worst R̂")
+    ax.legend(fontsize=8)
+    return ax

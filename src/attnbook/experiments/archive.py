@@ -15,13 +15,12 @@ a test fails when it is stale.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from ..results import file_sha256
 
 __all__ = [
     "RESULTS_DIR_ENV",
@@ -47,14 +46,6 @@ def archive_index() -> dict[str, dict[str, str]]:
 ARCHIVE_INDEX = archive_index()
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_index(results_dir) -> dict[str, dict[str, str]]:
     """Rewrite the packaged index from a ``results/`` folder (every archive with a manifest)."""
     root = Path(results_dir)
@@ -64,7 +55,7 @@ def write_index(results_dir) -> dict[str, dict[str, str]]:
     for manifest in sorted(root.glob("*/manifest.json")):
         folder = manifest.parent
         index[folder.name] = {
-            p.relative_to(folder).as_posix(): _sha256(p)
+            p.relative_to(folder).as_posix(): file_sha256(p)
             for p in sorted(folder.rglob("*"))
             if p.is_file() and p.name != "README.md"
         }
@@ -107,45 +98,22 @@ def _local(name: str, start) -> Path | None:
 def _download(name: str, files: dict[str, str], *, progress: bool) -> Path:
     from tqdm.auto import tqdm
 
-    from ..download import DownloadError, cache_dir
+    from ..download import cache_dir, download_file
 
     target = cache_dir().parent / "results" / name
     base = results_url() + name + "/"
+    advice = (
+        f"What to do: check the network, set {RESULTS_URL_ENV} to a mirror of results/, "
+        f"or run `attnbook run {name} --scale book --out results/{name}` in a checkout"
+    )
     for rel, digest in tqdm(
         sorted(files.items()), desc=f"archive {name}", disable=not progress
     ):
         path = target / rel
-        if path.is_file() and _sha256(path) == digest:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".part-{os.getpid()}")
-        try:
-            with (
-                urllib.request.urlopen(base + rel, timeout=60) as resp,
-                open(tmp, "wb") as out,
-            ):
-                data = resp.read(_MAX_BYTES + 1)
-                if len(data) > _MAX_BYTES:
-                    raise DownloadError(
-                        f"{base + rel} is larger than {_MAX_BYTES} bytes"
-                    )
-                out.write(data)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            tmp.unlink(missing_ok=True)
-            if isinstance(exc, DownloadError):
-                raise
-            raise DownloadError(
-                f"could not download {base + rel}: {type(exc).__name__}: {exc}. What to do: "
-                f"check the network, set {RESULTS_URL_ENV} to a mirror of results/, or run "
-                f"`attnbook run {name} --scale book --out results/{name}` in a checkout"
-            ) from exc
-        if _sha256(tmp) != digest:
-            tmp.unlink(missing_ok=True)
-            raise DownloadError(
-                f"{base + rel}: SHA-256 does not match the packaged index (a different or "
-                "damaged file)"
+        if not (path.is_file() and file_sha256(path) == digest):
+            download_file(
+                base + rel, path, sha256=digest, max_bytes=_MAX_BYTES, advice=advice
             )
-        os.replace(tmp, path)
     return target
 
 

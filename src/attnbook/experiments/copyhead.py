@@ -228,15 +228,23 @@ class CrossoverConfig:
     dtype: str = "float64"
 
 
-def crossover_grid(L: int, V: int, n_p: int) -> np.ndarray:
-    """The sample sizes of a :class:`CrossoverConfig` point: ``n_p`` integers, geometric from half
-    the saddle crossover to twice the fluctuation-corrected one."""
-    lo = action.linear_crossover_p(seq_len=L, vocab_size=V)
-    hi = action.linear_crossover_p(seq_len=L, vocab_size=V, fluctuations=True)
+def _theory_crossovers(L: int, V: int) -> tuple[float, float]:
+    """The saddle's and the fluctuation-corrected crossover sizes of the linear head."""
+    saddle = action.linear_crossover_p(seq_len=L, vocab_size=V)
+    return saddle, action.linear_crossover_p(seq_len=L, vocab_size=V, fluctuations=True)
+
+
+def _geometric_grid(lo: float, hi: float, n_p: int, L: int, V: int) -> np.ndarray:
     P = np.round(np.geomspace(0.5 * lo, 2 * hi, n_p)).astype(int)
     if np.any(np.diff(P) <= 0):
         raise ValueError(f"L = {L}, V = {V}: the grid {P} is not strictly increasing")
     return P
+
+
+def crossover_grid(L: int, V: int, n_p: int) -> np.ndarray:
+    """The sample sizes of a :class:`CrossoverConfig` point: ``n_p`` integers, geometric from half
+    the saddle crossover to twice the fluctuation-corrected one."""
+    return _geometric_grid(*_theory_crossovers(L, V), n_p, L, V)
 
 
 def crossover_point(cfg: CrossoverConfig) -> dict[str, np.ndarray]:
@@ -245,7 +253,8 @@ def crossover_point(cfg: CrossoverConfig) -> dict[str, np.ndarray]:
     ``cfg.device`` (their noise from a generator seeded there by the CPU one)."""
     if cfg.dtype != "float64":
         raise ValueError("the copy-head SGLD sweep runs in float64 only")
-    P = crossover_grid(cfg.L, cfg.V, cfg.n_p)
+    p_saddle, p_fluct = _theory_crossovers(cfg.L, cfg.V)
+    P = _geometric_grid(p_saddle, p_fluct, cfg.n_p, cfg.L, cfg.V)
     stats = nested_statistics(
         P, cfg.L, cfg.V, n_datasets=cfg.n_data, seed=cfg.seed, dtype=torch.float64
     ).to(torch.device(cfg.device))
@@ -259,23 +268,18 @@ def crossover_point(cfg: CrossoverConfig) -> dict[str, np.ndarray]:
         seed=as_generator(cfg.seed + 1),
     )
     shape = (cfg.n_p, cfg.n_data, 2)
-    out = {k: np.asarray(res[k]).reshape(shape) for k in ("mean", "mcse", "var")}
-    out |= {k: np.asarray(res[k]).reshape(shape) for k in ("rhat", "ess")}
-    for (
-        name,
-        lam,
-    ) in res.lambda_max.items():  # chain-major: chain j of target i at j·n_t + i
+    keys = ("mean", "mcse", "var", "rhat", "ess")  # per target: P-major (p, data)
+    out = {k: np.asarray(res[k]).reshape(shape) for k in keys}
+    # λ_max is chain-major: chain j of target i at j·n_t + i
+    for name, lam in res.lambda_max.items():
         lam = lam.detach().cpu().numpy().reshape(cfg.n_chains, cfg.n_p, cfg.n_data)
         out[f"lambda_{name}"] = lam.transpose(1, 2, 0)
-    x_fl = action.linear_crossover_p(seq_len=cfg.L, vocab_size=cfg.V, fluctuations=True)
     level = action.linear_saddle(
-        [x_fl], seq_len=cfg.L, vocab_size=cfg.V, fluctuations=True
+        [p_fluct], seq_len=cfg.L, vocab_size=cfg.V, fluctuations=True
     )
     out["P"] = P.astype(np.float64)
-    out["p_saddle"] = np.float64(
-        action.linear_crossover_p(seq_len=cfg.L, vocab_size=cfg.V)
-    )
-    out["p_fluct"] = np.float64(x_fl)
+    out["p_saddle"] = np.float64(p_saddle)
+    out["p_fluct"] = np.float64(p_fluct)
     out["level"] = np.float64(level.c_G[0])
     out["steps_per_second"] = np.float64(cfg.n_steps / res.wall_s)
     return out

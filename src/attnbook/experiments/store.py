@@ -17,7 +17,6 @@ run killed at any moment leaves only whole files (and temporary ones, removed on
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import os
 import platform
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..results import file_sha256
 from . import ConfigMismatch, config_dict, config_hash, json_value
 
 __all__ = [
@@ -117,10 +117,6 @@ def _write_json(path: Path, obj: dict) -> None:
     _atomic_write(path, lambda f: f.write(text.encode()))
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def read_manifest(directory) -> dict:
     """The manifest of a run directory (``FileNotFoundError`` / ``ValueError`` if unreadable)."""
     path = Path(directory) / MANIFEST
@@ -185,7 +181,7 @@ class RunStore:
             meta = json.loads(meta_path.read_text())
         except (OSError, json.JSONDecodeError):
             return False
-        return meta.get("npz_sha256") == _sha256(npz)
+        return meta.get("npz_sha256") == file_sha256(npz)
 
     def pending(self) -> list[dict]:
         """The manifest's points that are not finished, in sweep order."""
@@ -201,7 +197,7 @@ class RunStore:
         _atomic_write(npz, lambda f: np.savez(f, **arrays))
         meta = dict(meta)
         meta["arrays"] = {k: [list(v.shape), str(v.dtype)] for k, v in arrays.items()}
-        meta["npz_sha256"] = _sha256(npz)
+        meta["npz_sha256"] = file_sha256(npz)
         meta["finished_at"] = _now()
         _write_json(self.json_path(h), meta)
         if self.error_path(h).exists():
