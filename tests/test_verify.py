@@ -18,6 +18,16 @@ from attnbook import experiments as E
 from attnbook.experiments import recheck, registry_index, store, verify
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env() -> dict:
+    """This checkout's attnbook first, the rest of the path kept."""
+    path = os.pathsep.join(
+        filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])
+    )
+    return {**os.environ, "PYTHONPATH": path}
+
+
 CLEAN = {"commit": "a" * 40, "dirty": False, "diff_sha256": None}
 
 
@@ -228,7 +238,7 @@ def test_a_second_run_on_one_directory_fails_at_once_naming_the_holder(
     )
     holder = subprocess.Popen(
         [sys.executable, "-c", code, str(out)],
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        env=_env(),
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -444,8 +454,25 @@ def test_listing_imports_no_part():
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        env=_env(),
         timeout=120,
     )
     assert res.returncode == 0, res.stderr
     assert "HEAVY []" in res.stdout and "pde-fates  (Part III)" in res.stdout
+
+
+def test_a_fresh_process_verifies_bitwise(tmp_path, cluster):
+    """The command in a new process (SciPy's BLAS not yet loaded) has the worker's signature."""
+    out = tmp_path / "fates"
+    E.run(
+        "pde-fates", "smoke", out, scheduler=cluster, progress=False, allow_dirty=True
+    )
+    res = subprocess.run(
+        [sys.executable, "-m", "attnbook", "experiments", "verify", str(out)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=240,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "bitwise path" in res.stdout and "agrees" in res.stdout

@@ -30,6 +30,7 @@ __all__ = [
     "THREAD_ENV",
     "git_state",
     "git_commit",
+    "load_numeric_libraries",
     "numeric_signature",
     "signature_key",
 ]
@@ -147,12 +148,23 @@ def _library_of(path: str) -> str:
     return Path(p).name.split(".")[0]
 
 
+def load_numeric_libraries() -> None:
+    """Import torch, NumPy and SciPy's linear algebra, so that their BLAS libraries are loaded.
+
+    threadpoolctl sees (and limits) only loaded libraries: a signature or a thread limit taken
+    before SciPy's BLAS loads would miss it, and differ from one taken after.
+    """
+    import numpy  # noqa: F401
+    import scipy.linalg  # noqa: F401
+    import torch  # noqa: F401
+
+
 @functools.cache
 def _static() -> dict:
     """What cannot change within a process: the CPU, the builds and versions of the libraries."""
+    load_numeric_libraries()
     import numpy as np
     import scipy
-    import scipy.linalg  # noqa: F401  (loads SciPy's BLAS, so that it is listed below)
     import torch
 
     config = torch.__config__.show()

@@ -83,6 +83,7 @@ def numeric_threads(threads: int = 1):
     re-check (:mod:`~attnbook.experiments.verify`) computes under the same ones as the run."""
     import torch
 
+    _prov.load_numeric_libraries()  # limits reach only loaded libraries
     n = max(1, int(threads))
     old = torch.get_num_threads()
     torch.set_num_threads(n)

@@ -185,6 +185,9 @@ def compute(
     if env is None:
         from .runner import numeric_threads
 
+        get(
+            name
+        )  # the experiment's imports first, as on a worker: they may load libraries
         with numeric_threads(threads):
             sig = _prov.numeric_signature(device=config.get("device"), git=False)
             return run_point(name, config), sig
