@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -18,7 +17,8 @@ import pytest
 
 from attnbook import cli
 from attnbook import experiments as E
-from attnbook.experiments import store
+from attnbook.experiments import store, verify
+from attnbook.provenance import signature_key
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = {
@@ -100,10 +100,11 @@ def test_copyhead_step_rule_keeps_book_hashes_and_paper_uses_curvature_rule():
 # ---- a 2-worker local cluster, resume, load --------------------------------------------------
 def test_local_cluster_runs_a_smoke_sweep_and_load_round_trips(tmp_path):
     out = tmp_path / "mf"
-    rep = E.run("pde-meanfield-rate", "smoke", out, workers=2, progress=False)
+    kw = dict(workers=2, progress=False, allow_dirty=True)
+    rep = E.run("pde-meanfield-rate", "smoke", out, **kw)
     n = E.get("pde-meanfield-rate").scale("smoke").n_points
     assert rep.ok and rep.computed == n and rep.skipped == 0
-    again = E.run("pde-meanfield-rate", "smoke", out, workers=2, progress=False)
+    again = E.run("pde-meanfield-rate", "smoke", out, **kw)
     assert again.computed == 0 and again.skipped == n  # nothing recomputed, no cluster
     st = E.status(out)
     assert (st["done"], st["total"], st["failed"]) == (n, n, [])
@@ -111,9 +112,15 @@ def test_local_cluster_runs_a_smoke_sweep_and_load_round_trips(tmp_path):
     ds = E.load(out)
     assert list(ds["w2_T"].dims) == ["kind", "n", "system"]
     assert ds.sizes["n"] == 3 and list(ds["kind"].values) == ["softmax", "l2"]
+    # an output's own dimension gets integer coordinates
+    assert list(ds["system"].values) == list(range(ds.sizes["system"]))
     assert ds.attrs["experiment"] == "pde-meanfield-rate" and ds.attrs["n_done"] == n
     assert "torch" in ds.attrs and "git_commit" in ds.attrs
+    assert json.loads(ds.attrs["numeric_signature"])["torch"]["cpu_capability"]
     man = store.read_manifest(out)
+    assert man["recheck"] == E.get("pde-meanfield-rate").recheck.to_json()
+    assert man["allow_dirty"] is True and man["provenance"]["signature_key"]
+    assert not (out / store.LOCK).exists()  # released and removed
     for p in man["points"]:
         arrays = store.read_point(out, p["hash"])
         sel = dict(zip(man["axes"], p["index"]))
@@ -121,6 +128,10 @@ def test_local_cluster_runs_a_smoke_sweep_and_load_round_trips(tmp_path):
         meta = store.read_point_meta(out, p["hash"])
         assert meta["config_hash"] == p["hash"] == E.config_hash(meta["config"])
         assert meta["wall_s"] > 0 and meta["numpy"] == np.__version__
+        # the worker's signature: one torch and one BLAS thread, whatever this process has
+        sig = meta["numeric_signature"]
+        assert meta["signature_key"] == sig["key"] == signature_key(sig)
+        assert sig["torch"]["threads"] == 1 and meta["allow_mixed"] is False
 
     # a partial run loads with NaN where points are missing
     first = man["points"][0]
@@ -134,7 +145,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_arrays(tmp_path):
     out = tmp_path / "run"
     name = "copyhead-phase"
     args = [sys.executable, "-m", "attnbook", "run", name, "--scale", "smoke"]
-    args += ["--out", str(out), "--workers", "1", "--no-progress"]
+    args += ["--out", str(out), "--workers", "1", "--no-progress", "--allow-dirty"]
     proc = subprocess.Popen(
         args,
         env=_env(ATTNBOOK_TEST_POINT_DELAY="0.25"),
@@ -159,7 +170,10 @@ def test_sigkill_then_resume_gives_the_uninterrupted_arrays(tmp_path):
     total = E.get(name).scale("smoke").n_points
     assert 2 <= len(finished) < total, "the run was not killed half-way"
 
-    res = _cli("run", name, "--scale", "smoke", "--out", str(out), "--workers", "1")
+    res = _cli(
+        "run", name, "--scale", "smoke", "--out", str(out), "--workers", "1",
+        "--allow-dirty",
+    )  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert f"{total}/{total} points" in res.stdout
     assert f"{len(finished)} already finished" in res.stdout
@@ -191,12 +205,8 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "x.txt").write_text("x")
     assert cli.main(["status", str(tmp_path / "junk")]) == 2
-    assert (
-        cli.main(
-            ["run", "pde-fates", "--scale", "smoke", "--out", str(tmp_path / "junk")]
-        )
-        == 2
-    )
+    argv = ["run", "pde-fates", "--scale", "smoke", "--out", str(tmp_path / "junk")]
+    assert cli.main([*argv, "--allow-dirty"]) == 2
     assert "not a run directory" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         cli.main(
@@ -211,20 +221,11 @@ def test_directory_of_another_configuration_is_refused(tmp_path, capsys):
     store.open_store(
         d, exp, "smoke", exp.points("smoke"), device="cpu", dtype="float64"
     )
-    argv = [
-        "run",
-        "pde-fates",
-        "--scale",
-        "smoke",
-        "--out",
-        str(d),
-        "--dtype",
-        "float32",
-    ]
-    assert cli.main(argv) == 2
+    argv = ["run", "pde-fates", "--scale", "smoke", "--out", str(d), "--allow-dirty"]
+    assert cli.main([*argv, "--dtype", "float32"]) == 2
     err = capsys.readouterr().err
     assert "different configuration" in err and "dtype: 'float64'" in err
-    argv = ["run", "pde-fates", "--scale", "book", "--out", str(d)]
+    argv = ["run", "pde-fates", "--scale", "book", "--out", str(d), "--allow-dirty"]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "scale: 'smoke'" in err and "fixed.n_draws" in err
@@ -239,6 +240,7 @@ def test_unreachable_scheduler_exits_2_quickly(tmp_path, capsys):
     t0 = time.perf_counter()
     argv = ["run", "pde-fates", "--scale", "smoke", "--out", str(tmp_path / "s")]
     argv += ["--scheduler", "tcp://127.0.0.1:9", "--connect-timeout", "2"]
+    argv += ["--allow-dirty"]
     assert cli.main(argv) == 2
     assert time.perf_counter() - t0 < 30
     assert "no Dask scheduler answered" in capsys.readouterr().err
@@ -276,6 +278,7 @@ def test_failed_point_exits_1_and_keeps_the_others(tmp_path, capsys):
     with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
         argv = ["run", "test-fail", "--scale", "smoke", "--out", str(out)]
         argv += ["--scheduler", cluster.scheduler_address, "--no-progress"]
+        argv += ["--allow-dirty"]
         assert cli.main(argv) == 1
         assert "point 1 diverged" in capsys.readouterr().err
         st = E.status(out)
@@ -298,16 +301,6 @@ def test_cli_lists_experiments_as_json(capsys):
 
 # ---- archives ----------------------------------------------------------------------------------
 ARCHIVES = sorted((ROOT / "results").glob("*/manifest.json"))
-QUICK_S = 10.0  # seconds: archived points the reproduction test may re-run
-# Archives whose every point is long (minutes of SGLD): the test re-runs the quickest point with
-# the sampler shortened and compares the outputs fixed before the sampler starts (the data sets'
-# grid, the theory's numbers, the step rule's curvatures from the same draws and Adam run)
-SHORTENED = {
-    "copyhead-sgld-crossover": (
-        dict(n_steps=40, burn_in=10, thin=2),
-        ("P", "p_saddle", "p_fluct", "level", "lambda_G", "lambda_b"),
-    )
-}
 
 
 def test_archives_are_compact_and_documented():
@@ -317,46 +310,36 @@ def test_archives_are_compact_and_documented():
     assert total < 5e6
     for man_path in ARCHIVES:
         st = E.status(man_path.parent)
-        assert st["done"] == st["total"] and not st["failed"]
+        assert st["done"] == st["total"] and not st["failed"] and not st["damaged"]
         assert st["command"].startswith("attnbook run ")
         assert (man_path.parent / "README.md").is_file()
 
 
+def test_every_archived_output_has_a_recheck_rule_with_a_reason():
+    """The rule of every output an archive holds: its manifest's spec, else the registry's."""
+    for man_path in ARCHIVES:
+        man = store.read_manifest(man_path.parent)
+        spec, _ = verify.recheck_spec(man)
+        assert spec is not None, man["experiment"]
+        first = man["points"][0]["hash"]
+        outputs = store.read_point_meta(man_path.parent, first)["arrays"]
+        assert set(outputs) <= set(spec.outputs), (man["experiment"], outputs)
+        for name, rule in spec.outputs.items():
+            assert len(rule.reason) > 20, (man["experiment"], name)
+    for name in E.names():  # and every experiment of the package, archived or not
+        if E.get(name).function.__module__.startswith("attnbook."):
+            assert E.get(name).recheck is not None, name
+
+
 @pytest.mark.parametrize("manifest", ARCHIVES, ids=lambda p: p.parent.name)
 def test_archive_point_reproduces(manifest):
-    """Re-run one short archived point, chosen at random (seed: $ATTNBOOK_SEED, else random)."""
-    import torch
-
-    man = store.read_manifest(manifest.parent)
-    meta = {
-        p["hash"]: store.read_point_meta(manifest.parent, p["hash"])
-        for p in man["points"]
-    }
-    # one short point (a test stays fast; the rest is left to `attnbook run`): a random one
-    # of those that took under 10 s and at most twice the quickest (+1 s) when archived
-    fastest = min(meta[p["hash"]]["wall_s"] for p in man["points"])
-    limit = min(QUICK_S, 2 * fastest + 1.0)
-    quick = [p for p in man["points"] if meta[p["hash"]]["wall_s"] <= limit] or [
-        min(man["points"], key=lambda p: meta[p["hash"]]["wall_s"])
-    ]
-    rng = random.Random(os.environ.get("ATTNBOOK_SEED"))
-    p = rng.choice(quick)
-    config, keys = p["config"], None
-    if man["experiment"] in SHORTENED:
-        changes, keys = SHORTENED[man["experiment"]]
-        config = {**config, **changes}
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        got = E.run_point(man["experiment"], config)
-    finally:
-        torch.set_num_threads(old)
-    want = store.read_point(manifest.parent, p["hash"])
-    assert got.keys() == want.keys(), p["index"]
-    for k in keys or want:
-        np.testing.assert_allclose(
-            got[k], want[k], rtol=1e-9, atol=1e-12, err_msg=f"{k} at {p['index']}"
-        )
+    """Re-run one quick archived point, chosen by the git commit (verify.choose_point), and
+    compare it with the archive: bitwise where the numeric signature is the archived one, else
+    within the experiment's stated tolerances (attnbook.experiments.verify)."""
+    check = verify.verify_point(manifest.parent)
+    report = "\n".join(check.lines())
+    print(report)  # which point, which path, and each output's difference
+    assert check.ok, report
 
 
 # ---- the GPU check, CPU mode --------------------------------------------------------------------

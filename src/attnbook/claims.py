@@ -525,6 +525,8 @@ class Ledger:
     def _write(self) -> None:
         import torch  # imported late: the ledger itself needs no torch
 
+        from .provenance import numeric_signature
+
         record = {
             "chapter": self.chapter,
             "title": self.title,
@@ -536,6 +538,7 @@ class Ledger:
             "device": "cuda" if torch.cuda.is_available() else "cpu",
             "executor": os.environ.get("ATTNBOOK_EXECUTOR", "notebook"),
             "seed": self.seed,
+            "numeric_signature": numeric_signature(),
             "claims": [asdict(c) for c in self.claims],
         }
         # a per-process temporary name: concurrent writers never rename each other's file

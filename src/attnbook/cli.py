@@ -3,12 +3,16 @@
 ::
 
     attnbook experiments [--json]
+    attnbook experiments verify DIR [--all] [--env NAME=VALUE ...] [--json]
     attnbook run EXPERIMENT --scale {smoke,book,paper} --out DIR [--workers N]
                  [--scheduler ADDRESS] [--device cpu|cuda] [--dtype float32|float64]
+                 [--allow-dirty] [--allow-mixed]
     attnbook status DIR [--json]
 
-Exit status: 0 success, 1 when a point failed (the others are kept), 2 bad usage (unknown
-experiment or scale, unreadable DIR, a DIR of another configuration, an unreachable scheduler).
+Exit status: 0 success, 1 when a point failed (the others are kept), a re-checked point
+disagrees with its archive, or ``status`` finds damaged points; 2 bad usage (unknown experiment
+or scale, unreadable DIR, a DIR of another configuration, an unreachable scheduler, a source
+tree with uncommitted changes, a DIR of another commit, a DIR another run holds).
 """
 
 from __future__ import annotations
@@ -32,9 +36,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     ls = sub.add_parser(
-        "experiments", help="list experiments, their axes and point counts"
+        "experiments",
+        help="list experiments, their axes and point counts; verify an archive",
     )
     ls.add_argument("--json", action="store_true", help="print JSON")
+    act = ls.add_subparsers(dest="action", metavar="ACTION")
+    vf = act.add_parser(
+        "verify",
+        help="re-run archived points: bitwise on the same numeric signature, within the "
+        "experiment's stated tolerances elsewhere",
+    )
+    vf.add_argument("directory", metavar="DIR")
+    vf.add_argument(
+        "--all",
+        action="store_true",
+        help="every point (default: the quick point chosen by the git commit)",
+    )
+    vf.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="re-run in a fresh process with this variable set, e.g. "
+        "MKL_CBWR=COMPATIBLE to emulate another CPU's MKL path (repeatable)",
+    )
+    vf.add_argument("--json", action="store_true", help="print JSON")
     run = sub.add_parser("run", help="run or resume a sweep")
     run.add_argument("experiment", metavar="EXPERIMENT")
     run.add_argument("--scale", required=True, help="smoke, book or paper")
@@ -58,6 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for --scheduler (default 10)",
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="run from a source tree with uncommitted changes (recorded)",
+    )
+    run.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="resume a DIR whose finished points were made at another commit (recorded)",
+    )
     st = sub.add_parser(
         "status", help="done / total points and failures of a run directory"
     )
@@ -72,7 +108,12 @@ def _usage(msg: str) -> int:
 
 
 def _list(as_json: bool) -> int:
-    infos = [E.get(n).describe() for n in E.names()]
+    from .experiments import registry_index
+
+    # the packaged index: listing needs none of the parts' imports (torch, SciPy, models)
+    infos = registry_index.read()
+    if infos is None:
+        infos = [E.get(n).describe() for n in E.names()]
     if as_json:
         print(json.dumps(infos, indent=1))
         return OK
@@ -113,13 +154,20 @@ def _run(args, argv) -> int:
             progress=not args.no_progress,
             connect_timeout=args.connect_timeout,
             command=command,
+            allow_dirty=args.allow_dirty,
+            allow_mixed=args.allow_mixed,
         )
-    except SchedulerUnreachable as err:
+    except (SchedulerUnreachable, E.RunLocked) as err:
         return _usage(str(err))
     except (E.ConfigMismatch, FileExistsError, FileNotFoundError, ValueError) as err:
         return _usage(str(err))
     except OSError as err:
         return _usage(f"cannot use --out {args.out}: {err}")
+    for d in rep.damaged:
+        print(
+            f"attnbook: warning: recomputed damaged point {d['axes']}: {d['reason']}",
+            file=sys.stderr,
+        )
     print(
         f"{args.experiment} [{args.scale}]: {rep.skipped + rep.computed}/{rep.total} points "
         f"done ({rep.skipped} already finished, {rep.computed} computed, "
@@ -141,19 +189,48 @@ def _status(args) -> int:
         st = E.status(args.directory)
     except (FileNotFoundError, ValueError, OSError, KeyError) as err:
         return _usage(f"cannot read {args.directory}: {err}")
+    code = FAILED if st["damaged"] else OK
     if args.json:
         print(json.dumps(st, indent=1))
-        return OK
+        return code
     print(
         f"{st['experiment']} [{st['scale']}, {st['device']}, {st['dtype']}]: "
         f"{st['done']}/{st['total']} points done, {len(st['failed'])} failed, "
-        f"{st['wall_s']:.1f} s of compute"
+        f"{len(st['damaged'])} damaged, {st['wall_s']:.1f} s of compute"
     )
     if st["command"]:
         print(f"  made by: {st['command']}")
     for f in st["failed"]:
         print(f"  failed {f['axes']}: {f['error']}")
-    return OK
+    for d in st["damaged"]:
+        print(f"  damaged {d['axes']} ({d['hash'][:12]}): {d['reason']}")
+    if st["damaged"]:
+        print(
+            "  restore the damaged files, or rerun the command above: it recomputes them",
+            file=sys.stderr,
+        )
+    return code
+
+
+def _verify(args) -> int:
+    from .experiments import verify
+
+    env = {}
+    for item in args.env:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            return _usage(f"--env takes NAME=VALUE, got {item!r}")
+        env[name] = value
+    try:
+        checks = verify.verify(args.directory, all_points=args.all, env=env or None)
+    except (FileNotFoundError, ValueError, OSError, KeyError, RuntimeError) as err:
+        return _usage(f"cannot verify {args.directory}: {err}")
+    if args.json:
+        print(json.dumps([c.to_json() for c in checks], indent=1))
+    else:
+        for c in checks:
+            print("\n".join(c.lines()))
+    return OK if all(c.ok for c in checks) else FAILED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     if args.command == "experiments":
+        if args.action == "verify":
+            return _verify(args)
         return _list(args.json)
     if args.command == "run":
         return _run(args, argv)

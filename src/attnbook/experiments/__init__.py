@@ -9,10 +9,16 @@ batched (seeds, chains, random draws) is batched *inside* a point, so one point 
 * :mod:`~attnbook.experiments.focus`, :mod:`~attnbook.experiments.copyhead`,
   :mod:`~attnbook.experiments.pde` — the experiments of Parts I, II and III (registered on import).
 * :mod:`~attnbook.experiments.store` — the results store: one ``.npz`` + one ``.json`` per point,
-  written atomically, resumable, refusing a directory of another configuration.
+  written atomically, resumable, refusing a directory of another configuration, telling damaged
+  points from pending ones, locked against a second run.
 * :mod:`~attnbook.experiments.runner` — runs the pending points of a sweep as Dask tasks.
+* :mod:`~attnbook.experiments.recheck` — how each experiment's outputs are re-checked on another
+  machine (its ``recheck`` spec); :mod:`~attnbook.experiments.verify` re-runs archived points
+  and applies it (bitwise on the same numeric signature, the spec's tolerances elsewhere).
+* :mod:`~attnbook.experiments.registry_index` — the registry as packaged JSON, so that
+  ``attnbook experiments`` lists the experiments without importing them.
 
-The command line (``attnbook experiments | run | status``) is :mod:`attnbook.cli`.
+The command line (``attnbook experiments [verify] | run | status``) is :mod:`attnbook.cli`.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from .recheck import Recheck
 
 __all__ = [
     "load_archive",
@@ -44,6 +52,10 @@ __all__ = [
     "status",
     "UnknownExperiment",
     "ConfigMismatch",
+    "DirtyTree",
+    "MixedCommits",
+    "RunLocked",
+    "DamagedPoints",
 ]
 
 SCALES = ("smoke", "book", "paper")
@@ -60,6 +72,28 @@ class UnknownExperiment(KeyError):
 
 class ConfigMismatch(ValueError):
     """A run directory holds the results of a different configuration."""
+
+
+class DirtyTree(ValueError):
+    """``run`` refused: tracked files differ from the commit (``allow_dirty`` overrides)."""
+
+
+class MixedCommits(ValueError):
+    """``run`` refused to resume: finished points were made at another commit
+    (``allow_mixed`` overrides)."""
+
+
+class RunLocked(RuntimeError):
+    """Another run holds the run directory's lock."""
+
+
+class DamagedPoints(ValueError):
+    """Finished points of a run directory are damaged (unreadable or changed files);
+    ``points`` lists ``{"index", "axes", "hash", "reason"}``."""
+
+    def __init__(self, message: str, points: list | None = None):
+        super().__init__(message)
+        self.points = list(points or [])
 
 
 @dataclass(frozen=True)
@@ -80,7 +114,9 @@ class Experiment:
 
     ``config`` is the frozen dataclass of one point (it must have ``device`` and ``dtype``
     fields); ``dims`` names the inner dimensions of each output array (unnamed ones become
-    ``<output>_<i>``); ``note`` is shown by ``attnbook experiments``.
+    ``<output>_<i>``); ``note`` is shown by ``attnbook experiments``; ``recheck``
+    (:class:`~attnbook.experiments.recheck.Recheck`) says how each output is compared when an
+    archived point is re-run on another machine.
     """
 
     name: str
@@ -91,6 +127,7 @@ class Experiment:
     scales: dict[str, Scale]
     dims: dict[str, tuple[str, ...]] = field(default_factory=dict)
     note: str = ""
+    recheck: Recheck | None = None
 
     def scale(self, scale: str) -> Scale:
         if scale not in self.scales:
@@ -115,7 +152,8 @@ class Experiment:
         return out
 
     def describe(self) -> dict:
-        """A JSON-ready summary: part, description, axes and point counts per scale."""
+        """A JSON-ready summary: part, description, axes and point counts per scale, the
+        outputs' dimensions and the re-check spec."""
         return {
             "name": self.name,
             "part": self.part,
@@ -123,12 +161,14 @@ class Experiment:
             "note": self.note,
             "scales": {
                 s: {
-                    "axes": {a: list(v) for a, v in sc.axes.items()},
-                    "fixed": dict(sc.fixed),
+                    "axes": {a: json_value(v) for a, v in sc.axes.items()},
+                    "fixed": {k: json_value(v) for k, v in sc.fixed.items()},
                     "n_points": sc.n_points,
                 }
                 for s, sc in self.scales.items()
             },
+            "dims": {k: list(v) for k, v in self.dims.items()},
+            "recheck": self.recheck.to_json() if self.recheck else None,
         }
 
 
@@ -147,6 +187,20 @@ def register(experiment: Experiment) -> Experiment:
     fields_ = {f.name for f in dataclasses.fields(experiment.config)}
     if not {"device", "dtype"} <= fields_:
         raise ValueError("an experiment's config needs 'device' and 'dtype' fields")
+    if experiment.recheck is not None:
+        if not isinstance(experiment.recheck, Recheck):
+            raise TypeError("recheck must be a Recheck (attnbook.experiments.recheck)")
+        unknown = set(experiment.recheck.shorten) - fields_
+        if unknown:
+            raise ValueError(
+                f"recheck.shorten names no config field: {sorted(unknown)}"
+            )
+        for out, rule in experiment.recheck.outputs.items():
+            if rule.kind == "ensemble" and rule.dim not in experiment.dims.get(out, ()):
+                raise ValueError(
+                    f"recheck of {out!r}: dim {rule.dim!r} is not among its dims "
+                    f"{experiment.dims.get(out, ())}"
+                )
     _REGISTRY[experiment.name] = experiment
     return experiment
 
@@ -208,11 +262,11 @@ def _tuple(v):
     return tuple(_tuple(x) for x in v) if isinstance(v, list) else v
 
 
-def load(directory):
+def load(directory, *, damaged: str = "raise"):
     """The results of a run directory as an ``xarray.Dataset`` (see :func:`store.load`)."""
     from .store import load as _load
 
-    return _load(directory)
+    return _load(directory, damaged=damaged)
 
 
 def run(name: str, scale: str, out, **options):
@@ -223,7 +277,8 @@ def run(name: str, scale: str, out, **options):
 
 
 def status(directory) -> dict:
-    """Done / total points and failures of a run directory (see :func:`store.status`)."""
+    """Done / total points, failures and damaged points of a run directory
+    (see :func:`store.status`)."""
     from .store import status as _status
 
     return _status(directory)

@@ -36,6 +36,8 @@ RESULTS_DIR_ENV = "ATTNBOOK_RESULTS_DIR"
 RESULTS_URL_ENV = "ATTNBOOK_RESULTS_URL"
 _INDEX = Path(__file__).with_name("archives.json")
 _MAX_BYTES = 20_000_000  # one archive file; the largest is well under 1 MB
+# not part of an archive: its README (edited freely) and a run's lock file (left by a killed run)
+_NOT_INDEXED = ("README.md", ".run.lock")
 
 
 def archive_index() -> dict[str, dict[str, str]]:
@@ -57,7 +59,7 @@ def write_index(results_dir) -> dict[str, dict[str, str]]:
         index[folder.name] = {
             p.relative_to(folder).as_posix(): file_sha256(p)
             for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name != "README.md"
+            if p.is_file() and p.name not in _NOT_INDEXED
         }
     text = json.dumps(index, indent=1, sort_keys=True) + "\n"
     tmp = _INDEX.with_name(_INDEX.name + f".part-{os.getpid()}")

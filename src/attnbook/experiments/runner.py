@@ -6,20 +6,43 @@ points go to any running Dask cluster (``dask scheduler`` + ``dask worker``, das
 Kubernetes). Each point is one task (:func:`compute_point`); results stream back with
 ``as_completed`` and are written by this process to the results store, so workers need
 attnbook installed but no shared file system.
+
+Before computing anything a run refuses a source tree with uncommitted changes to tracked files
+(:class:`~attnbook.experiments.DirtyTree`; ``allow_dirty`` overrides and is recorded), takes
+the run directory's lock (a second run on it fails at once:
+:class:`~attnbook.experiments.RunLocked`) and refuses to resume a directory whose finished
+points were made at another commit (:class:`~attnbook.experiments.MixedCommits`;
+``allow_mixed`` overrides and is recorded in each new point). Each point records the numeric
+signature of the worker that computed it (:func:`attnbook.provenance.numeric_signature`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import DEVICES, DTYPES, get, run_point
-from .store import _now, open_store, provenance
+from .. import provenance as _prov
+from . import DEVICES, DTYPES, DirtyTree, MixedCommits, get, run_point
+from .store import (
+    _now,
+    check_out_directory,
+    open_store,
+    provenance,
+    read_point_meta,
+    run_lock,
+)
 
-__all__ = ["RunReport", "SchedulerUnreachable", "compute_point", "run_sweep"]
+__all__ = [
+    "RunReport",
+    "SchedulerUnreachable",
+    "compute_point",
+    "numeric_threads",
+    "run_sweep",
+]
 
 
 class SchedulerUnreachable(ConnectionError):
@@ -36,6 +59,9 @@ class RunReport:
     computed: int
     failed: list = field(default_factory=list)
     wall_s: float = 0.0
+    damaged: list = field(
+        default_factory=list
+    )  # recomputed: {"index", "axes", "reason"}
 
     @property
     def ok(self) -> bool:
@@ -50,34 +76,60 @@ def _device_name(device: str) -> str:
     return device
 
 
+@contextlib.contextmanager
+def numeric_threads(threads: int = 1):
+    """Torch's intra-op threads and NumPy's and SciPy's BLAS threads set to ``threads`` for the
+    block (restored afterwards): the thread counts are part of the numeric signature, so a
+    re-check (:mod:`~attnbook.experiments.verify`) computes under the same ones as the run."""
+    import torch
+
+    _prov.load_numeric_libraries()  # limits reach only loaded libraries
+    n = max(1, int(threads))
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # a dependency; without it BLAS keeps its own count
+        limits = contextlib.nullcontext()
+    else:
+        limits = threadpool_limits(limits=n, user_api="blas")
+    try:
+        with limits:
+            yield n
+    finally:
+        torch.set_num_threads(old)
+
+
 def compute_point(name: str, config: dict, threads: int = 1):
     """One task: compute a point, return ``(arrays, meta)`` (runs on a Dask worker).
 
-    Torch's intra-op threads are set to ``threads`` for the call (one per worker by default,
-    so that workers do not oversubscribe the cores) and restored afterwards.
+    Torch's intra-op threads and the BLAS threads are set to ``threads`` for the call (one per
+    worker by default, so that workers do not oversubscribe the cores) and restored
+    afterwards. ``meta`` holds the numeric signature of this worker under those threads.
     """
     import torch
 
     get(name)  # import the experiment's modules before the clock starts
-    old = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(threads)))
-    started = _now()
-    t0 = time.perf_counter()
-    try:
+    device = config.get("device", "cpu")
+    with numeric_threads(threads) as n:
+        # on the worker: with --scheduler it may be another machine than the one writing
+        sig = _prov.numeric_signature(device=device, git=False)
+        started = _now()
+        t0 = time.perf_counter()
         arrays = run_point(name, config)
         # a test hook: slow every point down so that a test can kill a run half-way
         time.sleep(float(os.environ.get("ATTNBOOK_TEST_POINT_DELAY", "0") or 0))
-        if config.get("device") == "cuda":
+        if device == "cuda":
             torch.cuda.synchronize()
-    finally:
-        torch.set_num_threads(old)
-    wall = time.perf_counter() - t0
+        wall = time.perf_counter() - t0
     meta = {
         "started_at": started,
         "wall_s": wall,
-        "device_name": _device_name(config.get("device", "cpu")),
-        "torch_threads": max(1, int(threads)),
+        "device_name": _device_name(device),
+        "torch_threads": n,
         "worker_pid": os.getpid(),
+        "signature_key": sig["key"],
+        "numeric_signature": sig,
     }
     return arrays, meta
 
@@ -105,6 +157,28 @@ def _client(scheduler, workers, n_pending, timeout):
     return Client(cluster), cluster
 
 
+def _source(meta: dict) -> tuple[str | None, str | None]:
+    """(bare commit, SHA-256 of the uncommitted diff) that a point or provenance records."""
+    commit = meta.get("git_commit")
+    bare = commit.split("+", 1)[0] if isinstance(commit, str) else None
+    return bare, meta.get("diff_sha256")
+
+
+def _other_sources(store, finished: list[dict], prov: dict) -> list[str]:
+    """The commits (``+dirty:<diff>`` when known) of finished points made from another tree."""
+    now_commit, now_diff = _source(prov)
+    others = set()
+    for p in finished:
+        try:
+            meta = read_point_meta(store.dir, p["hash"])
+        except (OSError, ValueError):
+            continue  # damaged points are recomputed, not compared
+        commit, diff = _source(meta)
+        if commit != now_commit or (diff and now_diff and diff != now_diff):
+            others.add(f"{commit}" + (f"+dirty:{diff[:12]}" if diff else ""))
+    return sorted(others)
+
+
 def run_sweep(
     name: str,
     scale: str,
@@ -117,13 +191,19 @@ def run_sweep(
     progress: bool = True,
     connect_timeout: float = 10.0,
     command: str | None = None,
+    allow_dirty: bool = False,
+    allow_mixed: bool = False,
 ) -> RunReport:
     """Run (or resume) the sweep ``name`` at ``scale`` into the run directory ``out``.
 
-    Finished points are skipped; the others are submitted as Dask tasks and written to the
-    store as they complete. A failing point is recorded (``points/<hash>.error.json``) and the
-    others continue. Raises :class:`UnknownExperiment`, :class:`ConfigMismatch`,
-    :class:`SchedulerUnreachable` or ``ValueError`` (bad device/dtype) before computing anything.
+    Finished points are skipped; the others (damaged ones included: they are listed in
+    ``RunReport.damaged``) are submitted as Dask tasks and written to the store as they
+    complete. A failing point is recorded (``points/<hash>.error.json``) and the others
+    continue. Raises before computing anything: :class:`UnknownExperiment`,
+    :class:`ConfigMismatch`, :class:`DirtyTree` (tracked files changed and not
+    ``allow_dirty``), :class:`RunLocked` (another run holds ``out``), :class:`MixedCommits`
+    (finished points of another commit and not ``allow_mixed``),
+    :class:`SchedulerUnreachable` or ``ValueError`` (bad device/dtype).
     """
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
@@ -136,18 +216,79 @@ def run_sweep(
             raise ValueError("device 'cuda' requested but torch sees no CUDA device")
     exp = get(name)
     points = exp.points(scale, device=device, dtype=dtype)
-    store = open_store(
-        out, exp, scale, points, device=device, dtype=dtype, command=command
-    )
-    pending = store.pending()
-    report = RunReport(
-        store.dir, total=len(points), skipped=len(points) - len(pending), computed=0
-    )
-    if not pending:
-        return report
-    t0 = time.perf_counter()
-    client, cluster = _client(scheduler, workers, len(pending), connect_timeout)
     prov = provenance()
+    if prov["dirty"] and not allow_dirty:
+        raise DirtyTree(
+            f"the source tree (commit {prov['git_commit']}) has uncommitted changes to "
+            "tracked files (see `git status`): results made from it could not be "
+            "reproduced from any commit. Commit or stash the changes and rerun, or pass "
+            "--allow-dirty (allow_dirty=True), which is recorded in the manifest and in "
+            "every point."
+        )
+    out = Path(out)
+    check_out_directory(
+        out
+    )  # before the lock file goes in: refuse a folder of other files
+    out.mkdir(parents=True, exist_ok=True)
+    with run_lock(out, command=command):
+        store = open_store(
+            out,
+            exp,
+            scale,
+            points,
+            device=device,
+            dtype=dtype,
+            command=command,
+            allow_dirty=allow_dirty,
+        )
+        damaged = store.damaged()
+        pending = store.pending()
+        waiting = {p["hash"] for p in pending}
+        finished = [p for p in store.manifest["points"] if p["hash"] not in waiting]
+        others = _other_sources(store, finished, prov) if pending else []
+        if others and not allow_mixed:
+            raise MixedCommits(
+                f"{out} holds {len(finished)} finished point(s) made at "
+                f"{', '.join(others)}, but the source tree is now at "
+                f"{prov['git_commit']}: resuming would mix the results of two versions of "
+                "the code. Check out that commit and rerun, start a new --out directory, "
+                "or pass --allow-mixed (allow_mixed=True), which is recorded in each new "
+                "point."
+            )
+        report = RunReport(
+            store.dir,
+            total=len(points),
+            skipped=len(points) - len(pending),
+            computed=0,
+            damaged=[{k: d[k] for k in ("index", "axes", "reason")} for d in damaged],
+        )
+        if not pending:
+            return report
+        extra = {
+            "allow_dirty": bool(allow_dirty),
+            "allow_mixed": bool(allow_mixed),
+            "mixed_with": others,
+        }
+        _compute(
+            store,
+            name,
+            scale,
+            pending,
+            prov | extra,
+            report,
+            scheduler,
+            workers,
+            connect_timeout,
+            progress,
+        )
+    return report
+
+
+def _compute(
+    store, name, scale, pending, prov, report, scheduler, workers, timeout, progress
+):
+    t0 = time.perf_counter()
+    client, cluster = _client(scheduler, workers, len(pending), timeout)
     axes = store.manifest["axes"]
     try:
         from distributed import as_completed
@@ -165,7 +306,7 @@ def run_sweep(
             )
             futures[fut] = p
         bar = tqdm(
-            total=len(points),
+            total=report.total,
             initial=report.skipped,
             desc=f"{name} [{scale}]",
             unit="point",
@@ -192,6 +333,7 @@ def run_sweep(
                 )
                 report.failed.append((p["index"], f"{type(err).__name__}: {err}"))
             else:
+                # the worker's numeric signature replaces the one of this process
                 store.write(p["hash"], arrays, {**base, **meta})
                 report.computed += 1
             fut.release()
@@ -202,4 +344,3 @@ def run_sweep(
         if cluster is not None:
             cluster.close()
     report.wall_s = time.perf_counter() - t0
-    return report
