@@ -137,7 +137,7 @@ def phase_point(cfg: CopyConfig) -> dict[str, np.ndarray]:
 
 _D = ("start", "chain")
 
-# Re-check rules (attnbook.experiments.recheck), sized from tools/numeric_paths.py: quick archived
+# Re-check rules (attnbook.experiments.recheck), sized from tools/archive_paths.py: quick archived
 # points re-run on 4 numeric paths of an AMD EPYC (AVX-512) — its default, MKL_CBWR=COMPATIBLE,
 # MKL_ENABLE_INSTRUCTIONS=AVX2, and AVX2 everywhere (also ATEN_CPU_CAPABILITY=avx2 and
 # OPENBLAS_CORETYPE=Haswell) — against the archive; each reason quotes the worst difference.
@@ -330,7 +330,7 @@ def crossover_point(cfg: CrossoverConfig) -> dict[str, np.ndarray]:
 
 _T = ("p", "data", "obs")
 
-# Re-check rules (attnbook.experiments.recheck), sized from tools/numeric_paths.py: quick archived
+# Re-check rules (attnbook.experiments.recheck), sized from tools/archive_paths.py: quick archived
 # points re-run on 4 numeric paths of an AMD EPYC (AVX-512) — its default, MKL_CBWR=COMPATIBLE,
 # MKL_ENABLE_INSTRUCTIONS=AVX2, and AVX2 everywhere (also ATEN_CPU_CAPABILITY=avx2 and
 # OPENBLAS_CORETYPE=Haswell) — against the archive; each reason quotes the worst difference.

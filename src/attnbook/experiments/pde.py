@@ -177,7 +177,7 @@ def fates_point(cfg: FatesConfig) -> dict[str, np.ndarray]:
     }
 
 
-# Re-check rules (attnbook.experiments.recheck), sized from tools/numeric_paths.py: quick archived
+# Re-check rules (attnbook.experiments.recheck), sized from tools/archive_paths.py: quick archived
 # points re-run on 4 numeric paths of an AMD EPYC (AVX-512) — its default, MKL_CBWR=COMPATIBLE,
 # MKL_ENABLE_INSTRUCTIONS=AVX2, and AVX2 everywhere (also ATEN_CPU_CAPABILITY=avx2 and
 # OPENBLAS_CORETYPE=Haswell) — against the archive; each reason quotes the worst difference.

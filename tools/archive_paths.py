@@ -8,7 +8,7 @@ relative difference from the archive and, for outputs with an ensemble dimension
 draw), the largest difference of the ensemble mean in standard errors. The re-check specs of
 ``attnbook.experiments`` (``recheck=``) are sized from these numbers.
 
-    python tools/numeric_paths.py results [--only NAME ...] [--json OUT.json]
+    python tools/archive_paths.py results [--only NAME ...] [--json OUT.json]
 
 One child process per (archive, path) computes all of that archive's chosen points, with one
 torch and one BLAS thread, as the runner's workers do.
@@ -147,7 +147,7 @@ def measure(directory: Path) -> dict:
             child_env["PYTHONPATH"] = os.pathsep.join(
                 [str(ROOT / "src"), str(ROOT), child_env.get("PYTHONPATH", "")]
             )
-            code = "import sys; from tools.numeric_paths import child; child(*sys.argv[1:])"
+            code = "import sys; from tools.archive_paths import child; child(*sys.argv[1:])"
             res = subprocess.run(
                 [sys.executable, "-c", code, man["experiment"], str(cfg_path), tmp],
                 env=child_env,
