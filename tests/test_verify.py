@@ -151,9 +151,15 @@ def test_git_state_of_a_temporary_repository(tmp_path):
     git("init", "-q")
     (tmp_path / "a.py").write_text("x = 1\n")
     git("add", "a.py")
+    (tmp_path / "results" / "x").mkdir(parents=True)
+    (tmp_path / "results" / "x" / "manifest.json").write_text("{}\n")
+    git("add", "results")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
     st = provenance.git_state(tmp_path)
     assert len(st["commit"]) == 40 and st["dirty"] is False
+    # remaking an archive deletes its tracked files: results are outputs, not code
+    (tmp_path / "results" / "x" / "manifest.json").unlink()
+    assert provenance.git_state(tmp_path)["dirty"] is False
     (tmp_path / "new.py").write_text("untracked\n")  # untracked files are not imported
     assert provenance.git_state(tmp_path)["dirty"] is False
     (tmp_path / "a.py").write_text("x = 2\n")

@@ -81,6 +81,10 @@ def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess | None:
         return None
 
 
+# what counts as the source tree: the whole checkout except the archived results
+_CODE = (":(top)", ":(top,exclude)results")
+
+
 def git_state(path=None) -> dict:
     """``{"commit", "dirty", "diff_sha256"}`` of the git checkout holding ``path``.
 
@@ -88,19 +92,21 @@ def git_state(path=None) -> dict:
     files differ from the commit (untracked files do not count: they are not imported unless
     added); ``diff_sha256`` hashes ``git diff HEAD`` then, so that two dirty trees of one commit
     can be told apart. All three are ``None`` outside a git checkout (an installed wheel).
+    The archives in ``results/`` are outputs, not code: remaking one deletes its tracked files
+    first, which must not make the tree that computes it count as dirty.
     """
     here = Path(path) if path is not None else Path(__file__).resolve().parent
     none = {"commit": None, "dirty": None, "diff_sha256": None}
     head = _git(["rev-parse", "HEAD"], here)
     if head is None or head.returncode != 0:
         return none
-    status = _git(["status", "--porcelain", "--untracked-files=no"], here)
+    status = _git(["status", "--porcelain", "--untracked-files=no", "--", *_CODE], here)
     if status is None or status.returncode != 0:
         return {**none, "commit": head.stdout.decode().strip()}
     dirty = bool(status.stdout.strip())
     digest = None
     if dirty:
-        diff = _git(["diff", "HEAD", "--no-color", "--no-ext-diff"], here)
+        diff = _git(["diff", "HEAD", "--no-color", "--no-ext-diff", "--", *_CODE], here)
         if diff is not None and diff.returncode == 0:
             digest = hashlib.sha256(diff.stdout).hexdigest()
     return {
