@@ -14,11 +14,12 @@ export OMP_NUM_THREADS ?= 1
 export PYDEVD_DISABLE_FILE_VALIDATION = 1
 
 .PHONY: chromium pdf test-browser
-.PHONY: help venv lock lint format test test-units test-chapters test-seeds book clean sync-notebooks bench duplicates
+.PHONY: help venv lock lint format test test-units test-chapters test-seeds test-numeric-paths book clean sync-notebooks bench duplicates
 
 help:
 	@echo "make test   - set up .venv, lint, run unit tests and execute every chapter with nbval"
 	@echo "make test-seeds - execute every chapter under each seed of SEEDS (default: 1 2)"
+	@echo "make test-numeric-paths - after make test: every chapter under MKL's other code paths"
 	@echo "make lock   - refresh requirements-lock.txt and environment.yml from pyproject.toml"
 	@echo "make lint   - ruff check + format check of src, tests, bench and the chapters' code"
 	@echo "make format - apply ruff's fixes and formatting (chapters through jupytext)"
@@ -91,6 +92,14 @@ test-seeds: venv
 	  ATTNBOOK_SEED=$$s ATTNBOOK_LEDGER_DIR="$(CURDIR)/_build/ledger-seed-$$s" \
 	    $(PY) -m pytest -n $(JOBS) --dist loadfile -m "not ledger" --nbval-lax book || exit 1; \
 	done
+
+# every chapter under MKL's other numeric paths (MKL_CBWR=COMPATIBLE; MKL_ENABLE_INSTRUCTIONS=AVX2
+# where the CPU has AVX-512), each with its own ledger (_build/ledger-path-<name>): every claim
+# must pass and move by at most a tenth of its slack from make test's ledger (_build/ledger;
+# the default path is executed again when that ledger is missing or stale)
+PATH_CHAPTERS ?=
+test-numeric-paths: venv
+	$(PY) tools/numeric_paths.py --jobs $(JOBS) --baseline _build/ledger $(PATH_CHAPTERS)
 
 test-chapters: venv
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax book

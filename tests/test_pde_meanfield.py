@@ -62,7 +62,9 @@ def test_gelbrich_is_a_lower_bound_and_zero_on_exact_moments():
     S = np.array([[0.5, 0.1], [0.1, 0.3]])
     m = np.array([0.2, -0.1])
     x = sample_gaussian(300, m, S, seed=3, exact_moments=True, batch=(2,)).numpy()
-    assert np.all(gelbrich_distance(x, m, S) < 1e-10)
+    # W = √(|Δm|² + tr(...)): the trace is a difference of O(1) numbers, so exact moments
+    # give √(round-off) ≈ 1e-8, not 0 (which side of 0 it falls on is the CPU's)
+    assert np.all(gelbrich_distance(x, m, S) < 1e-7)
     y = sample_gaussian(300, m, S, seed=4, batch=(2,)).numpy()
     g = gelbrich_distance(y, m, S)
     ref = sample_gaussian(3000, m, S, seed=5).numpy()

@@ -50,7 +50,7 @@ from ..attention import resolve_kind, sinkhorn
 from ..device import default_device, resolve_generator
 from ..errors import BlowUpError
 from ..flows import check_times, odeint
-from ..linalg import check_psd
+from ..linalg import check_psd, psd_sqrt
 from ..validation import (
     as_tensor,
     check_choice,
@@ -731,7 +731,8 @@ def sample_gaussian(
     commute with :math:`x \mapsto 2\alpha - x` keep the cloud's mean exactly where the
     Gaussian's is.
     ``seed``: an int or a ``torch.Generator`` (``None``: torch's global generator). Draws are
-    made on the CPU (the same numbers everywhere), then moved to ``device``.
+    made on the CPU (the same numbers everywhere) and mapped through the symmetric square root
+    of ``cov`` (no eigenvector sign enters), then moved to ``device``.
     """
     n = check_positive_int(n, "n", minimum=2)
     m = check_finite(as_tensor(mean, "mean"), "mean").to(dtype)
@@ -743,8 +744,9 @@ def sample_gaussian(
         raise ValueError(
             f"cov must be {d}x{d} to match mean, got shape {tuple(C.shape)}"
         )
-    evals, evecs = torch.linalg.eigh(check_psd(C, "cov"))
-    root = evecs * evals.clamp_min(0).sqrt()  # root @ root.T = C
+    # the symmetric root: unlike eigenvectors scaled by √λ, it has no sign or order that
+    # LAPACK picks (and may pick differently on another CPU), so a seed gives the same cloud
+    root = psd_sqrt(check_psd(C, "cov"))  # root @ root.T = C
     # seed convention: None -> torch's global generator (seeded by setup_chapter), never 0
     if not isinstance(symmetric, bool):
         raise TypeError(f"symmetric must be a bool, got {type(symmetric).__name__}")
