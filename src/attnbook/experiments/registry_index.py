@@ -2,7 +2,8 @@
 
 Importing the parts that register the experiments pulls in torch, SciPy and every model (seconds
 and hundreds of MB); the list needs none of that. ``registry.json`` beside this module holds
-:meth:`Experiment.describe` of every registered experiment, in registration order.
+:meth:`Experiment.describe` of every registered experiment, by part (I, II, III) and in
+registration order within a part.
 ``python -m attnbook.experiments.registry_index`` rewrites it after the registry changes; a test
 fails while it is stale.
 """
@@ -27,6 +28,10 @@ def build() -> list[dict]:
     ours = [
         e for e in _REGISTRY.values() if e.function.__module__.startswith(__package__)
     ]
+    # by part, not by registration order: which part registers first depends on what the
+    # process imported before (a test that imports attnbook.experiments.focus, say); the sort
+    # is stable, so each part keeps its own order
+    ours.sort(key=lambda e: len(e.part))  # "I" < "II" < "III"
     return json.loads(json.dumps([e.describe() for e in ours]))
 
 
