@@ -10,7 +10,7 @@ from attnbook.claims import ClaimFailed, Ledger
 from attnbook.notebook import chapter_seed
 
 EXACT = dict(kind="identity", source="derived")
-BOUND = dict(kind="experiment", source="measured", note="a stated scale")
+BOUND = dict(kind="experiment", source="measured", note="a stated scale", null=10.0)
 
 
 def test_check_passes_records_and_shows(tmp_path):
@@ -41,25 +41,95 @@ def test_check_passes_records_and_shows(tmp_path):
 def test_samples_give_a_student_t_interval(tmp_path):
     led = Ledger("foundations/attention-maps", directory=tmp_path)
     x = np.random.default_rng(1).normal(2.0, 0.3, size=12)
-    c = led.check("s.mean", "mean near 2", samples=x, expected=2.0, **BOUND)
+    c = led.check("s.mean", "mean near 2", samples=x, expected=2.0, atol=0.5, **BOUND)
     half = stats.t.ppf(0.975, 11) * x.std(ddof=1) / np.sqrt(12)
     assert c.n == 12 and c.measured == pytest.approx(x.mean())
     assert c.interval == pytest.approx([x.mean() - half, x.mean() + half])
     assert c.std_err == pytest.approx(x.std(ddof=1) / np.sqrt(12))
-    # margin: slack to the edge of (interval ∪ tolerance), in units of the half-width
-    assert c.margin == pytest.approx((half - abs(x.mean() - 2.0)) / half)
+    # margin: the interval's distance to the edge of expected ± tol, in units of the effect
+    effect = abs(x.mean() - 10.0)
+    assert c.effect == pytest.approx(effect)
+    assert c.margin == pytest.approx((0.5 - abs(x.mean() - 2.0) - half) / effect)
+
+
+def test_noise_never_helps_a_claim_pass(tmp_path):
+    # five samples with sd 5 around 0.37: the interval is wider than any sensible tolerance,
+    # so neither 0.37 nor 0 is "confirmed" (the old overlap rule confirmed both)
+    led = Ledger("foundations/attention-maps", directory=tmp_path)
+    rng = np.random.default_rng(3)
+    x = 0.37 + 5 * rng.standard_normal(5)
+    for i, target in enumerate((0.37, 0.0)):
+        with pytest.raises(ClaimFailed):
+            led.check(f"n.{i}", "s", samples=x, expected=target, atol=0.1, **BOUND)
+    # the same centre with a tight spread passes: the interval lies inside ± tol
+    tight = 0.37 + 0.01 * rng.standard_normal(20)
+    led.check("n.tight", "s", samples=tight, expected=0.37, atol=0.1, **BOUND)
+    with pytest.raises(ValueError, match="tolerance"):
+        led.check("n.notol", "s", samples=tight, expected=0.37, **BOUND)
+
+
+def test_a_claim_the_null_passes_too_is_refused(tmp_path):
+    led = Ledger("foundations/attention-maps", directory=tmp_path)
+    base = dict(kind="experiment", source="derived", note="n")
+    # π − 1/d against log π, 0.0064 apart, under a bound of 0.01: cannot discriminate
+    d, pi = 5, 0.9
+    with pytest.raises(claims.CannotDiscriminate, match="cannot discriminate"):
+        led.check(
+            "r.close",
+            "s",
+            pi - 1 / d,
+            expected=pi - 1 / d,
+            atol=0.01,
+            null=pi - 1 / d - 0.0064,
+            **base,
+        )
+    rec = led.record()["claims"][-1]
+    assert not rec["passed"] and "cannot discriminate" in rec["refused"]
+    # a ratio "≤ 1" on one number when no effect is a ratio of 1: the null passes (1 ≤ 1)
+    with pytest.raises(claims.CannotDiscriminate):
+        led.check("r.sign", "s", 0.5, upper=1.0, null=1.0, **base)
+    # with samples the null is measured with the same half-width: it fails, the claim holds
+    x = 0.5 + 0.01 * np.arange(-3, 4)
+    c = led.check("r.sign-samples", "s", samples=x, upper=1.0, null=1.0, **base)
+    assert c.passed and 0 < c.discrimination < 0.1 and c.too_loose
+    # several nulls: each must fail
+    with pytest.raises(claims.CannotDiscriminate, match="0.45"):
+        led.check("r.many", "s", 0.5, lower=0.4, null=[0.0, 0.45], **base)
+    # experiments and observations must name a null
+    with pytest.raises(ValueError, match="null"):
+        led.check(
+            "r.none",
+            "s",
+            0.5,
+            upper=1.0,
+            kind="observation",
+            source="measured",
+            note="n",
+        )
+
+
+def test_derivations_need_a_tolerance_far_below_their_scale(tmp_path):
+    led = Ledger("foundations/attention-maps", directory=tmp_path)
+    c = led.check("d.ok", "s", 2.0 + 1e-12, expected=2.0, rtol=1e-9, **EXACT)
+    assert c.null == [0.0] and c.discrimination > 0.99
+    with pytest.raises(claims.CannotDiscriminate, match="own scale"):
+        led.check("d.wide", "s", 2.0, expected=2.0, rtol=0.05, note="n", **EXACT)
+    with pytest.raises(ValueError, match="null"):  # a residual needs its scale
+        led.check("d.res", "s", 1e-16, upper=1e-12, note="n", **EXACT)
+    c = led.check("d.res2", "s", 1e-16, upper=1e-12, null=1.0, note="n", **EXACT)
+    assert c.discrimination == pytest.approx(1 - 1e-12, rel=1e-9)
 
 
 def test_bounds_hold_on_the_whole_interval(tmp_path):
     led = Ledger("foundations/attention-maps", directory=tmp_path)
     x = np.array([1.0, 1.2, 0.8, 1.1, 0.9])  # mean 1, interval about ±0.2
-    led.check("i.ok", "above 0.5", samples=x, lower=0.5, **BOUND)
+    led.check("i.ok", "above 0.5", samples=x, lower=0.5, **{**BOUND, "null": 0.0})
     # every draw and the mean are above 0.85, but the interval is not
     with pytest.raises(ClaimFailed):
         led.check("i.bad", "above 0.85", samples=x, lower=0.85, **BOUND)
     # an expected value outside interval + tolerance fails
     with pytest.raises(ClaimFailed):
-        led.check("i.far", "near 1.5", samples=x, expected=1.5, **BOUND)
+        led.check("i.far", "near 1.5", samples=x, expected=1.5, atol=0.1, **BOUND)
     with pytest.raises(ClaimFailed):  # a diverged member fails the claim
         led.check("i.nan", "nan", samples=[1, 2, np.nan, 3, 4], lower=0, **BOUND)
 
@@ -82,17 +152,22 @@ def test_expected_defaults_to_tight_tolerance(tmp_path):
         led.check("c.inexact", "inexact", 1.0 + 1e-6, expected=1.0, **EXACT)
 
 
-def test_margins(tmp_path):
+def test_margins_in_units_of_the_effect(tmp_path):
     led = Ledger("foundations/attention-maps", directory=tmp_path)
-    c = led.check("m.tol", "t", 1.02, expected=1.0, rtol=0.1, note="n", **EXACT)
-    assert c.margin == pytest.approx(0.8)
-    c = led.check("m.loose", "l", 0.05, upper=10.0, **BOUND)
-    assert c.margin == pytest.approx(199.0) and c.too_loose
-    assert "too loose" in c.margin_text()
+    exp = dict(kind="experiment", source="derived", note="n")
+    # expected 1 ± 0.1, null 0: margin (0.1 − 0.02)/1.02, discrimination (1 − 0.1)/1.02
+    c = led.check("m.tol", "t", 1.02, expected=1.0, rtol=0.1, null=0.0, **exp)
+    assert c.margin == pytest.approx(0.08 / 1.02)
+    assert c.discrimination == pytest.approx(0.9 / 1.02)
+    # one bound on one number: margin + discrimination = 1, whatever the form
+    c = led.check("m.loose", "l", 0.05, upper=9.5, null=10.0, **exp)
+    assert c.margin + c.discrimination == pytest.approx(1.0) and c.too_loose
+    assert "too loose" in c.discrimination_text()
     s = claims.ledger_summary(claims.load_records(tmp_path))
-    assert s["n_claims"] == 2 and s["by_kind"]["identity"] == 1
+    assert s["n_claims"] == 2 and s["by_kind"]["experiment"] == 2
     assert [x.id for x in s["too_loose"]] == ["m.loose"]
     assert s["smallest_margins"][0].id == "m.tol"
+    assert s["weakest_discrimination"][0].id == "m.loose"
 
 
 def test_new_ledger_replaces_old_record(tmp_path):
@@ -188,6 +263,7 @@ def test_table_html_marks_failures_and_stale(tmp_path):
     led.check("f.ok", "fine", 0.5, upper=1, **BOUND)
     with pytest.raises(ClaimFailed):
         led.check("f.bad", "not fine", 2.0, upper=1, **BOUND)
+    assert claims.claim_slack(led.record()["claims"][-1]) == pytest.approx(-1.0)
     html = claims.ledger_table_html(
         claims.load_records(tmp_path), stale={"foundations/attention-maps"}
     )
@@ -205,7 +281,7 @@ def test_toc_chapters_and_status(tmp_path):
 
 def test_exact_claims_have_no_margin(tmp_path):
     led = Ledger("foundations/attention-maps", directory=tmp_path)
-    c = led.check("x.zero", "no residual", 0, expected=0, atol=0, **EXACT)
+    c = led.check("x.zero", "no residual", 0, expected=0, atol=0, null=1, **EXACT)
     assert c.margin is None and c.margin_text() == "n/a"
     s = claims.ledger_summary(claims.load_records(tmp_path))
     assert s["smallest_margins"] == []

@@ -128,21 +128,10 @@ def load_claims(ledger: Path) -> dict[tuple[str, str], dict]:
 
 
 def slack(claim: dict) -> float:
-    """Distance to failing: from the value (the interval's nearest end, with samples) to the
-    nearest bound of the claim's criterion (as the ledger judges it)."""
-    value, interval = claim["measured"], claim.get("interval")
-    lo_v, hi_v = interval if interval else (value, value)
-    half = (hi_v - lo_v) / 2
-    out = []
-    if claim.get("expected") is not None:
-        exp = claim["expected"]
-        tol = (claim.get("atol") or 0.0) + (claim.get("rtol") or 0.0) * abs(exp)
-        out.append(tol + half - abs(value - exp))
-    if claim.get("lower") is not None:
-        out.append(lo_v - claim["lower"])
-    if claim.get("upper") is not None:
-        out.append(claim["upper"] - hi_v)
-    return min(out, default=math.inf)
+    """Distance to failing, as the ledger judges it (:func:`attnbook.claims.claim_slack`)."""
+    from attnbook.claims import claim_slack
+
+    return claim_slack(claim)
 
 
 def moved(base: dict, other: dict) -> float:

@@ -15,19 +15,35 @@ the statement comes from, :data:`SOURCES`). The ledger enforces a few rules:
 
 * with ``samples`` (at least :data:`MIN_SAMPLES` values) it records n, the mean, the standard
   error and a Student-t 95 % confidence interval of the mean, and asserts the criterion on the
-  interval: bounds must hold for the whole interval; an expected value must lie within the
-  tolerance of the interval (``|mean − expected| ≤ tol + half-width``);
+  whole interval (equivalence, not overlap): bounds must hold for the whole interval, and an
+  expected value holds when the whole interval lies inside ``expected ± tol``
+  (``|mean − expected| + half-width ≤ tol``), so noise never helps a claim pass;
+* every ``experiment`` and ``observation`` claim names its **null** (``null=``): the value, or
+  competing values, that the claim rules out (no effect, the plain −1/2 rate, the other
+  direction). The ledger applies the same criterion to the null, measured with the same
+  interval half-width, and refuses the claim (:class:`CannotDiscriminate`, a failure) when the
+  null would pass too. Derivations and identities rule out a result of the quantity's own
+  scale (``null=``; by default 0 for a non-zero expected value) and their tolerance must sit
+  far below it: a discrimination of at least :data:`EXACT_DISCRIMINATION`;
 * bounds, and tolerances wider than round-off, need a reason (``note=``);
 * an expected value written in the chapter as a literal with four or more significant digits
   is refused: expected values come from a closed form or a computation in the chapter, never
   from an earlier run.
 
-The **margin** of a claim says how far it is from failing, in units of its uncertainty: the
-distance from the measured value (the interval's nearest end, with samples) to the nearest
-bound of the criterion, divided by the interval's half-width (with samples), else by the
-tolerance (expected values), else by ``|measured|`` (bounds on one number). An exact criterion
-(an expected value with no tolerance, met exactly) has no margin. A margin above
-:data:`LOOSE_MARGIN` is flagged "too loose to inform".
+One unit for every claim and every form: the **effect** ``|measured − null|`` (the distance
+of the measured value from the nearest null). The **slack** of a criterion is the distance from
+the measured value (the interval's nearest end, with samples) to the nearest bound of the
+criterion (negative when it fails). Then
+
+* the **margin** is ``slack / effect``: the share of the effect by which the claim holds (0: at
+  the edge of failing);
+* the **discrimination** is ``−(the null's slack) / effect``: the share of the effect by which
+  the null fails the same criterion (≤ 0: the null passes too and the claim is refused).
+
+For one bound on one number the two add up to 1: the criterion's edge splits the way from the
+measurement to the null. A discrimination below :data:`LOOSE_DISCRIMINATION` is flagged "too
+loose to inform": the criterion would also pass a result barely different from the null. An
+exact criterion (an expected value with no tolerance, met exactly) has no margin.
 
 Records are written to ``$ATTNBOOK_LEDGER_DIR`` when set, else to ``_build/ledger/`` beside the
 book's ``_toc.yml`` (found by walking up from the working directory), else to a per-user cache
@@ -56,6 +72,7 @@ from .results import file_sha256
 __all__ = [
     "Claim",
     "ClaimFailed",
+    "CannotDiscriminate",
     "Ledger",
     "find_book_root",
     "ledger_dir",
@@ -65,10 +82,13 @@ __all__ = [
     "ledger_status",
     "ledger_table_html",
     "ledger_summary",
+    "claim_slack",
     "KINDS",
     "SOURCES",
     "MIN_SAMPLES",
-    "LOOSE_MARGIN",
+    "LOOSE_DISCRIMINATION",
+    "EXACT_DISCRIMINATION",
+    "NULL_KINDS",
 ]
 
 #: What a claim compares: theory vs simulation or data; a symbolic result vs an independent
@@ -80,8 +100,14 @@ KINDS = ("experiment", "derivation", "identity", "observation")
 SOURCES = ("seed", "reconstructed", "derived", "measured")
 #: The fewest samples a claim about a random quantity may rest on.
 MIN_SAMPLES = 5
-#: Margins above this are flagged "too loose to inform" on the page.
-LOOSE_MARGIN = 100.0
+#: A discrimination below this is flagged "too loose to inform" on the page: the null misses
+#: the criterion by less than a tenth of the effect.
+LOOSE_DISCRIMINATION = 0.1
+#: Derivations and identities: the tolerance must sit far below the quantity's own scale, i.e.
+#: the null (a result of that scale) must miss the criterion by 99 % of the effect.
+EXACT_DISCRIMINATION = 0.99
+#: The kinds that must name their null.
+NULL_KINDS = ("experiment", "observation")
 #: Tolerances at or below this (relative to max(1, |expected|)) count as round-off and need no
 #: reason.
 ROUNDOFF = 1e-6
@@ -90,6 +116,10 @@ CONFIDENCE = 0.95
 
 class ClaimFailed(AssertionError):
     """A claim of the book did not hold for the measured value."""
+
+
+class CannotDiscriminate(ClaimFailed):
+    """A claim held, but its null would hold too: it cannot tell the effect from the null."""
 
 
 def _to_float(value, name: str) -> float:
@@ -185,6 +215,10 @@ class Claim:
     interval: list | None = None
     interval_method: str | None = None
     margin: float | None = None
+    null: list | None = None
+    effect: float | None = None
+    discrimination: float | None = None
+    refused: str | None = None
     chapter: str | None = None
     seed: int | None = None
     checked_at: str = ""
@@ -192,7 +226,10 @@ class Claim:
 
     @property
     def too_loose(self) -> bool:
-        return self.margin is not None and self.margin > LOOSE_MARGIN
+        return (
+            self.discrimination is not None
+            and self.discrimination < LOOSE_DISCRIMINATION
+        )
 
     def criterion(self) -> str:
         """The test applied, in words: ``≈ 0.0798 (rtol 0.001)``, ``≤ 1e-06``, ``∈ [a, b]``."""
@@ -215,6 +252,10 @@ class Claim:
             parts.append(f"≤ {_fmt(self.upper)}")
         return "; ".join(parts)
 
+    def null_text(self) -> str:
+        """``0`` or ``−0.5, 0`` (the values the claim rules out), or ``""``."""
+        return ", ".join(_fmt(v) for v in self.null or [])
+
     def measured_text(self) -> str:
         """``0.0806`` or ``0.0806 [0.0791, 0.0821] (n = 8)``."""
         if self.interval is None:
@@ -225,19 +266,30 @@ class Claim:
     def margin_text(self) -> str:
         if self.margin is None:
             return "n/a"
-        text = f"{self.margin:.3g}"
+        return f"{self.margin:.3g}"
+
+    def discrimination_text(self) -> str:
+        if self.discrimination is None:
+            return "n/a"
+        text = f"{self.discrimination:.3g}"
         return text + " (too loose to inform)" if self.too_loose else text
 
     def _repr_html_(self) -> str:
         mark, colour = ("✔", "#1a7f37") if self.passed else ("✘", "#cf222e")
         note = f"<br><small>{html.escape(self.note)}</small>" if self.note else ""
+        refused = (
+            f"<br><b>refused:</b> {html.escape(self.refused)}" if self.refused else ""
+        )
         return (
             f'<div class="attnbook-claim" style="border-left:4px solid {colour};'
             f'padding:2px 8px;margin:4px 0"><b style="color:{colour}">{mark} claim</b> '
             f"<code>{html.escape(self.id)}</code> — {html.escape(self.statement)}<br>"
             f"measured <b>{html.escape(self.measured_text())}</b>, expected "
-            f"{html.escape(self.criterion())}, margin {html.escape(self.margin_text())} "
-            f"<i>[{html.escape(self.kind)} · {html.escape(self.source)}]</i>{note}</div>"
+            f"{html.escape(self.criterion())}, null {html.escape(self.null_text())}, "
+            f"margin {html.escape(self.margin_text())}, discrimination "
+            f"{html.escape(self.discrimination_text())} "
+            f"<i>[{html.escape(self.kind)} · {html.escape(self.source)}]</i>{note}"
+            f"{refused}</div>"
         )
 
     def _ipython_display_(self) -> None:
@@ -253,8 +305,10 @@ class Claim:
         mark = "PASS" if self.passed else "FAIL"
         return (
             f"[{mark}] {self.id}: {self.statement} — measured {self.measured_text()}, "
-            f"expected {self.criterion()}, margin {self.margin_text()} "
+            f"expected {self.criterion()}, null {self.null_text() or 'none'}, "
+            f"margin {self.margin_text()}, discrimination {self.discrimination_text()} "
             f"[{self.kind} · {self.source}]"
+            + (f" — refused: {self.refused}" if self.refused else "")
         )
 
 
@@ -305,33 +359,44 @@ def chapter_source(chapter: str, root: Path | None = None) -> Path | None:
     return root / "book" / f"{chapter}.md"
 
 
-def _judge(value, interval, exp, tol, lo, hi) -> tuple[bool, float | None]:
-    """Whether a claim holds, and its margin (see the module docstring)."""
-    if not math.isfinite(value):
-        return False, None
-    if interval is not None:
-        i_lo, i_hi = interval
-        unit = (i_hi - i_lo) / 2
-    else:
-        i_lo = i_hi = value
-        unit = None
-    slacks = []  # (distance to the nearest bound, unit)
+def _slack(center, half, exp, tol, lo, hi) -> float:
+    """Distance to failing of a value ``center`` measured to ± ``half`` (0: one number): the
+    least, over the criterion's parts, of the distance from the interval to the part's edge
+    (negative when the part fails). An expected value wants the whole interval inside
+    ``expected ± tol``; a bound wants the whole interval on its side."""
+    slacks = []
     if exp is not None:
-        slacks.append((tol + (unit or 0.0) - abs(value - exp), unit or tol))
+        slacks.append(tol - abs(center - exp) - half)
     if lo is not None:
-        slacks.append((i_lo - lo, unit or abs(value)))
+        slacks.append(center - half - lo)
     if hi is not None:
-        slacks.append((hi - i_hi, unit or abs(value)))
-    ok = all(s >= 0 for s, _ in slacks)
-    margins = []
-    for s, u in slacks:
-        if u and u > 0:
-            margins.append(s / u)
-        elif s != 0:  # no scale (a bound on an exact zero): only the sign informs
-            margins.append(math.copysign(math.inf, s))
-        # s == 0 with no scale is an exact criterion met exactly: it has no margin
-    margin = min(margins, default=math.inf)
-    return ok, (None if margin == math.inf else margin)
+        slacks.append(hi - center - half)
+    return min(slacks)
+
+
+def _judge(value, half, exp, tol, lo, hi, nulls):
+    """``(passed, margin, effect, discrimination, null_passes)`` (see the module docstring)."""
+    if not math.isfinite(value):
+        return False, None, None, None, []
+    slack = _slack(value, half, exp, tol, lo, hi)
+    ok = slack >= 0
+    if not nulls:
+        return ok, None, None, None, []
+    effects = [abs(value - v) for v in nulls]
+    effect = min(effects)
+    passing = [v for v in nulls if _slack(v, half, exp, tol, lo, hi) >= 0]
+    discs = [
+        -_slack(v, half, exp, tol, lo, hi) / e if e > 0 else -math.inf
+        for v, e in zip(nulls, effects)
+    ]
+    disc = min(discs)
+    if slack == 0 and half == 0 and exp is not None and tol == 0:
+        margin = None  # an exact criterion met exactly
+    elif effect > 0:
+        margin = slack / effect
+    else:
+        margin = None
+    return ok, margin, effect, (disc if math.isfinite(disc) else None), passing
 
 
 class Ledger:
@@ -396,6 +461,7 @@ class Ledger:
         atol: float | None = None,
         lower=None,
         upper=None,
+        null=None,
         kind: str,
         source: str,
         note: str | None = None,
@@ -407,10 +473,19 @@ class Ledger:
         criterion given holds:
 
         * ``expected``: ``|x − expected| ≤ atol + rtol·|expected|`` (default ``rtol = 1e-9``
-          for one number; with samples ``|mean − expected| ≤ tol + half-width`` of the
-          95 % interval, so with no tolerance the interval must cover ``expected``);
+          for one number); with samples the whole 95 % interval must lie inside
+          ``expected ± tol`` (``|mean − expected| + half-width ≤ tol``), so samples need a
+          tolerance;
         * ``lower`` / ``upper``: ``x ≥ lower`` / ``x ≤ upper``; with samples the whole
           interval must satisfy them.
+
+        ``null`` is the value (or a sequence of values) the claim rules out: required for
+        ``experiment`` and ``observation`` claims; for derivations and identities it defaults
+        to 0 (a result of the quantity's own scale) when ``expected`` is non-zero, and must be
+        given otherwise (e.g. the size a residual would have if the identity were false). The
+        same criterion is applied to each null, measured with the same half-width; a claim
+        that a null passes too is refused (:class:`CannotDiscriminate`), and so is a
+        derivation or identity whose discrimination is below :data:`EXACT_DISCRIMINATION`.
 
         ``kind`` is one of :data:`KINDS`, ``source`` one of :data:`SOURCES`. Bounds, and
         tolerances wider than round-off, need a reason in ``note``. Raises
@@ -447,6 +522,11 @@ class Ledger:
                 raise ValueError(f"{name} must be a non-negative number, got {tol_!r}")
         if exp is None and (rtol is not None or atol is not None):
             raise ValueError("rtol and atol apply to expected: give expected too")
+        if exp is not None and samples is not None and not (rtol or atol):
+            raise ValueError(
+                f"claim {claim_id!r}: with samples an expected value needs a tolerance "
+                "(rtol= or atol=): the whole interval must lie inside expected ± tol"
+            )
         if exp is not None and rtol is None and atol is None and samples is None:
             rtol = 1e-9
         tol = None if exp is None else (atol or 0.0) + (rtol or 0.0) * abs(exp)
@@ -463,8 +543,10 @@ class Ledger:
                 )
         if exp is not None:
             self._refuse_copied(claim_id, exp)
+        nulls = self._nulls(claim_id, null, kind, exp)
 
         interval = std_err = method = None
+        half = 0.0
         values: list = []
         if samples is not None:
             arr = _to_samples(samples)
@@ -474,17 +556,32 @@ class Ledger:
             if finite:
                 std_err = float(arr.std(ddof=1) / math.sqrt(arr.size))
                 interval = list(student_t_interval(arr))
+                half = (interval[1] - interval[0]) / 2
                 method = f"Student t, {CONFIDENCE:.0%} interval of the mean"
             n = int(arr.size)
         else:
             value = _to_float(measured, "measured")
             n = 1
-        ok, margin = _judge(value, interval, exp, tol, lo, hi)
+        ok, margin, effect, disc, null_passes = _judge(
+            value, half, exp, tol, lo, hi, nulls
+        )
+        refused = None
+        if ok and null_passes:
+            refused = (
+                "cannot discriminate: the null "
+                + ", ".join(_fmt(v) for v in null_passes)
+                + " passes the same criterion"
+            )
+        elif ok and kind not in NULL_KINDS and (disc or 0.0) < EXACT_DISCRIMINATION:
+            refused = (
+                f"the tolerance does not sit far below the quantity's own scale: the null "
+                f"misses by {disc:.3g} of the effect, {EXACT_DISCRIMINATION} needed"
+            )
         claim = Claim(
             id=claim_id,
             statement=statement,
             measured=value,
-            passed=bool(ok),
+            passed=bool(ok) and refused is None,
             kind=kind,
             source=source,
             expected=exp,
@@ -498,6 +595,10 @@ class Ledger:
             interval=interval,
             interval_method=method,
             margin=margin,
+            null=nulls,
+            effect=effect,
+            discrimination=disc,
+            refused=refused,
             chapter=self.chapter,
             seed=self.seed,
             checked_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -506,9 +607,40 @@ class Ledger:
         self.claims.append(claim)
         self._write()
         _show(claim)
+        if refused is not None:
+            raise CannotDiscriminate(repr(claim))
         if not claim.passed:
             raise ClaimFailed(repr(claim))
         return claim
+
+    @staticmethod
+    def _nulls(claim_id: str, null, kind: str, exp: float | None) -> list[float]:
+        if null is None:
+            if kind in NULL_KINDS:
+                raise ValueError(
+                    f"claim {claim_id!r}: an {kind} claim must name its null (null=): the "
+                    "value, or values, it rules out (no effect, a competing law's value, "
+                    "the other direction)"
+                )
+            if exp is None or exp == 0:
+                raise ValueError(
+                    f"claim {claim_id!r}: {'an' if kind[0] in 'aeio' else 'a'} {kind} with "
+                    "no non-zero expected value must "
+                    "name its null (null=): the size the quantity would have if the "
+                    "result were false (its own scale)"
+                )
+            return [0.0]
+        values = (
+            list(null)
+            if isinstance(null, (list, tuple)) or getattr(null, "ndim", 0) == 1
+            else [null]
+        )
+        if not values:
+            raise ValueError(f"claim {claim_id!r}: null must not be empty")
+        out = [_to_float(v, "null") for v in values]
+        if not all(math.isfinite(v) for v in out):
+            raise ValueError(f"claim {claim_id!r}: null must be finite, got {null!r}")
+        return out
 
     def _refuse_copied(self, claim_id: str, expected: float) -> None:
         src = chapter_source(self.chapter)
@@ -655,13 +787,32 @@ def _claims_of(records: list[dict]) -> list[Claim]:
     return [Claim(**c) for rec in records for c in rec["claims"]]
 
 
+def claim_slack(record: dict) -> float:
+    """A recorded claim's distance to failing (negative when it fails): from the measured
+    value, or the interval's nearest end, to the nearest edge of its criterion."""
+    value, interval = record["measured"], record.get("interval")
+    half = (interval[1] - interval[0]) / 2 if interval else 0.0
+    exp = record.get("expected")
+    tol = None
+    if exp is not None:
+        tol = (record.get("atol") or 0.0) + (record.get("rtol") or 0.0) * abs(exp)
+    if exp is None and record.get("lower") is None and record.get("upper") is None:
+        return math.inf
+    return _slack(value, half, exp, tol, record.get("lower"), record.get("upper"))
+
+
 def ledger_summary(records: list[dict], *, n_smallest: int = 10) -> dict:
-    """Counts per kind and per source, claims with samples, the smallest and loose margins."""
+    """Counts per kind and per source, claims with samples, the smallest margins, the
+    weakest discrimination, the claims too loose to inform and those refused."""
     cs = _claims_of(records)
     by_kind = {k: sum(c.kind == k for c in cs) for k in KINDS}
     by_source = {s: sum(c.source == s for c in cs) for s in SOURCES}
     with_margin = sorted(
         (c for c in cs if c.margin is not None), key=lambda c: c.margin
+    )
+    with_disc = sorted(
+        (c for c in cs if c.discrimination is not None),
+        key=lambda c: c.discrimination,
     )
     return {
         "n_claims": len(cs),
@@ -669,8 +820,11 @@ def ledger_summary(records: list[dict], *, n_smallest: int = 10) -> dict:
         "n_with_samples": sum(c.n > 1 for c in cs),
         "by_kind": by_kind,
         "by_source": by_source,
+        "margins": [c.margin for c in with_margin],
         "smallest_margins": with_margin[:n_smallest],
+        "weakest_discrimination": with_disc[:n_smallest],
         "too_loose": [c for c in cs if c.too_loose],
+        "refused": [c for c in cs if c.refused],
     }
 
 
@@ -680,7 +834,16 @@ def ledger_table_html(
     """An HTML table of the claims in ``records``: one row per claim, grouped by chapter."""
     stale = stale or set()
     cell = 'style="padding:3px 6px;vertical-align:top"'
-    cols = ("claim", "measured", "expected", "margin", "kind · source", "status")
+    cols = (
+        "claim",
+        "measured",
+        "expected",
+        "null",
+        "margin",
+        "discrimination",
+        "kind · source",
+        "status",
+    )
     head = "<tr>" + "".join(f"<th {cell}>{c}</th>" for c in cols) + "</tr>"
     rows = []
     for rec in records:
@@ -711,7 +874,9 @@ def ledger_table_html(
                 f"{html.escape(claim.statement)}{note}</td>"
                 f"<td {cell}>{html.escape(claim.measured_text())}</td>"
                 f"<td {cell}>{html.escape(claim.criterion())}</td>"
+                f"<td {cell}>{html.escape(claim.null_text())}</td>"
                 f"<td {cell}>{html.escape(claim.margin_text())}</td>"
+                f"<td {cell}>{html.escape(claim.discrimination_text())}</td>"
                 f"<td {cell}>{html.escape(claim.kind)} · {html.escape(claim.source)}</td>"
                 f'<td {cell} style="color:{colour};white-space:nowrap">{status}</td></tr>'
             )
