@@ -828,10 +828,26 @@ def ledger_summary(records: list[dict], *, n_smallest: int = 10) -> dict:
     }
 
 
+def _seeds_cell(seeds: dict, chapter: str, claim_id: str, cell: str) -> str:
+    k_n = seeds.get((chapter, claim_id))
+    if k_n is None:
+        return f"<td {cell}>not swept</td>"
+    k, n = k_n
+    colour = "#1a7f37" if k == n else "#cf222e"
+    return f'<td {cell} style="color:{colour};white-space:nowrap">{k}/{n} seeds</td>'
+
+
 def ledger_table_html(
-    records: list[dict], *, show_chapter: bool = True, stale: set[str] | None = None
+    records: list[dict],
+    *,
+    show_chapter: bool = True,
+    stale: set[str] | None = None,
+    seeds: dict | None = None,
 ) -> str:
-    """An HTML table of the claims in ``records``: one row per claim, grouped by chapter."""
+    """An HTML table of the claims in ``records``: one row per claim, grouped by chapter.
+
+    ``seeds`` (optional) maps ``(chapter, claim id)`` to ``(k, n)``: the claim held under k of
+    the n seeds of the ``ledger-seeds`` sweep (a column "seeds")."""
     stale = stale or set()
     cell = 'style="padding:3px 6px;vertical-align:top"'
     cols = (
@@ -843,7 +859,7 @@ def ledger_table_html(
         "discrimination",
         "kind · source",
         "status",
-    )
+    ) + (("seeds",) if seeds is not None else ())
     head = "<tr>" + "".join(f"<th {cell}>{c}</th>" for c in cols) + "</tr>"
     rows = []
     for rec in records:
@@ -878,7 +894,13 @@ def ledger_table_html(
                 f"<td {cell}>{html.escape(claim.margin_text())}</td>"
                 f"<td {cell}>{html.escape(claim.discrimination_text())}</td>"
                 f"<td {cell}>{html.escape(claim.kind)} · {html.escape(claim.source)}</td>"
-                f'<td {cell} style="color:{colour};white-space:nowrap">{status}</td></tr>'
+                f'<td {cell} style="color:{colour};white-space:nowrap">{status}</td>'
+                + (
+                    _seeds_cell(seeds, rec["chapter"], claim.id, cell)
+                    if seeds is not None
+                    else ""
+                )
+                + "</tr>"
             )
     return (
         '<table class="attnbook-ledger" style="font-size:0.85em;border-collapse:collapse">'

@@ -168,6 +168,8 @@ def _run(args, argv) -> int:
             f"attnbook: warning: recomputed damaged point {d['axes']}: {d['reason']}",
             file=sys.stderr,
         )
+    for d in rep.stale:
+        print(f"recomputed stale point {d['axes']}: changed {', '.join(d['changed'])}")
     print(
         f"{args.experiment} [{args.scale}]: {rep.skipped + rep.computed}/{rep.total} points "
         f"done ({rep.skipped} already finished, {rep.computed} computed, "
@@ -196,7 +198,8 @@ def _status(args) -> int:
     print(
         f"{st['experiment']} [{st['scale']}, {st['device']}, {st['dtype']}]: "
         f"{st['done']}/{st['total']} points done, {len(st['failed'])} failed, "
-        f"{len(st['damaged'])} damaged, {st['wall_s']:.1f} s of compute"
+        f"{len(st['damaged'])} damaged, {len(st['stale'])} stale, "
+        f"{st['wall_s']:.1f} s of compute"
     )
     if st["command"]:
         print(f"  made by: {st['command']}")
@@ -204,6 +207,8 @@ def _status(args) -> int:
         print(f"  failed {f['axes']}: {f['error']}")
     for d in st["damaged"]:
         print(f"  damaged {d['axes']} ({d['hash'][:12]}): {d['reason']}")
+    for d in st["stale"]:
+        print(f"  stale {d['axes']}: changed {', '.join(d['changed'])}")
     if st["damaged"]:
         print(
             "  restore the damaged files, or rerun the command above: it recomputes them",

@@ -116,7 +116,11 @@ class Experiment:
     fields); ``dims`` names the inner dimensions of each output array (unnamed ones become
     ``<output>_<i>``); ``note`` is shown by ``attnbook experiments``; ``recheck``
     (:class:`~attnbook.experiments.recheck.Recheck`) says how each output is compared when an
-    archived point is re-run on another machine.
+    archived point is re-run on another machine. ``inputs`` (optional), ``inputs(config) ->
+    {path: sha256}``, names the files a point depends on beyond the code's commit (a chapter
+    and the modules it imports): each point records them, and a finished point whose inputs
+    changed since is *stale* and recomputed on resume — such a sweep mixes commits by design,
+    point by point, each point recording its own.
     """
 
     name: str
@@ -128,6 +132,7 @@ class Experiment:
     dims: dict[str, tuple[str, ...]] = field(default_factory=dict)
     note: str = ""
     recheck: Recheck | None = None
+    inputs: Callable[[Any], dict] | None = None
 
     def scale(self, scale: str) -> Scale:
         if scale not in self.scales:
@@ -206,7 +211,7 @@ def register(experiment: Experiment) -> Experiment:
 
 
 def _load_parts() -> None:
-    from . import copyhead, focus, pde  # noqa: F401  (each registers its experiments)
+    from . import copyhead, focus, ledger_seeds, pde  # noqa: F401  (each registers its own)
 
 
 def names() -> list[str]:

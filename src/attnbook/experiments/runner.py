@@ -62,6 +62,9 @@ class RunReport:
     damaged: list = field(
         default_factory=list
     )  # recomputed: {"index", "axes", "reason"}
+    stale: list = field(
+        default_factory=list
+    )  # recomputed: {"index", "axes", "changed"}
 
     @property
     def ok(self) -> bool:
@@ -245,7 +248,16 @@ def run_sweep(
         pending = store.pending()
         waiting = {p["hash"] for p in pending}
         finished = [p for p in store.manifest["points"] if p["hash"] not in waiting]
+        stale = stale_points(store, exp, finished)
+        if stale:
+            ids = {s["hash"] for s in stale}
+            pending = [
+                p for p in store.manifest["points"] if p["hash"] in ids | waiting
+            ]
+        # with declared inputs every point certifies its own sources: commits mix by design
         others = _other_sources(store, finished, prov) if pending else []
+        if exp.inputs is not None:
+            others = []
         if others and not allow_mixed:
             raise MixedCommits(
                 f"{out} holds {len(finished)} finished point(s) made at "
@@ -261,6 +273,7 @@ def run_sweep(
             skipped=len(points) - len(pending),
             computed=0,
             damaged=[{k: d[k] for k in ("index", "axes", "reason")} for d in damaged],
+            stale=[{k: d[k] for k in ("index", "axes", "changed")} for d in stale],
         )
         if not pending:
             return report
@@ -284,10 +297,49 @@ def run_sweep(
     return report
 
 
+def stale_points(store, exp, finished: list[dict]) -> list[dict]:
+    """The finished points whose recorded inputs (``Experiment.inputs``) differ from the
+    files now: ``{"index", "axes", "hash", "changed"}`` each (``changed``: the paths)."""
+    if exp.inputs is None:
+        return []
+    axes = store.manifest["axes"]
+    out = []
+    for p in finished:
+        try:
+            recorded = read_point_meta(store.dir, p["hash"]).get("inputs") or {}
+        except (OSError, ValueError):
+            continue  # damaged: recomputed anyway
+        now = exp.inputs(exp.config(**_config(p["config"])))
+        changed = sorted(
+            k for k in set(recorded) | set(now) if recorded.get(k) != now.get(k)
+        )
+        if changed:
+            out.append(
+                {
+                    "index": p["index"],
+                    "axes": {a: axes[a][i] for a, i in zip(axes, p["index"])},
+                    "hash": p["hash"],
+                    "changed": changed,
+                }
+            )
+    return out
+
+
+def _config(d: dict) -> dict:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+
+
 def _compute(
     store, name, scale, pending, prov, report, scheduler, workers, timeout, progress
 ):
     t0 = time.perf_counter()
+    exp = get(name)
+    # the inputs a point depends on, read before it is computed (recorded with it)
+    inputs = {
+        p["hash"]: exp.inputs(exp.config(**_config(p["config"])))
+        for p in pending
+        if exp.inputs is not None
+    }
     client, cluster = _client(scheduler, workers, len(pending), timeout)
     axes = store.manifest["axes"]
     try:
@@ -323,6 +375,8 @@ def _compute(
                 "config_hash": p["hash"],
                 **prov,
             }
+            if p["hash"] in inputs:
+                base["inputs"] = inputs[p["hash"]]
             try:
                 arrays, meta = fut.result()
             except Exception as err:  # a failing point is recorded, the others go on

@@ -424,7 +424,9 @@ def status(directory) -> dict:
 
     ``failed`` lists ``{"index", "axes", "error"}`` of the points whose last attempt raised,
     ``damaged`` lists ``{"index", "axes", "hash", "reason"}`` (see :meth:`RunStore.state`);
-    ``pending`` counts the points neither done nor damaged (failed ones included).
+    ``pending`` counts the points neither done nor damaged (failed ones included); ``stale``
+    lists ``{"index", "axes", "changed"}`` of the finished points whose declared inputs changed
+    since (a resumed run recomputes them).
     """
     man = read_manifest(directory)
     store = RunStore(directory, man)
@@ -453,6 +455,7 @@ def status(directory) -> dict:
                 error = f"{store.error_path(h).name} is not readable JSON"
             failed.append({"index": p["index"], "axes": where, "error": error})
     total = len(man["points"])
+    stale = _stale(store, man)
     return {
         "directory": str(directory),
         "experiment": man["experiment"],
@@ -464,9 +467,28 @@ def status(directory) -> dict:
         "pending": total - done - len(damaged),
         "failed": failed,
         "damaged": damaged,
+        "stale": stale,
         "wall_s": wall,
         "command": man.get("command"),
     }
+
+
+def _stale(store, man) -> list[dict]:
+    """Finished points whose declared inputs changed since (see ``Experiment.inputs``)."""
+    from . import UnknownExperiment, get
+    from .runner import stale_points
+
+    try:
+        exp = get(man["experiment"])
+    except UnknownExperiment:
+        return []
+    if exp.inputs is None:
+        return []
+    done = [p for p in man["points"] if store.is_done(p["hash"])]
+    return [
+        {k: s[k] for k in ("index", "axes", "changed")}
+        for s in stale_points(store, exp, done)
+    ]
 
 
 def _damage_message(directory, damaged: list[dict]) -> str:
@@ -552,12 +574,13 @@ def load(directory, *, damaged: str = "raise"):
             a.shape == inner for a in arrs
         )
         dtype = np.result_type(*arrs)
-        if not complete and not np.issubdtype(dtype, np.floating):
+        text = dtype.kind in "US"
+        if not complete and not text and not np.issubdtype(dtype, np.floating):
             dtype = np.float64
         full = (
             np.empty(shape + inner, dtype)
             if complete
-            else np.full(shape + inner, np.nan, dtype)
+            else np.full(shape + inner, "" if text else np.nan, dtype)
         )
         for idx, a in got.items():
             if name in a:

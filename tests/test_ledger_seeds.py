@@ -1,0 +1,154 @@
+"""The ledger-seeds sweep: inputs of a chapter, stale points, the summary the ledger page shows."""
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnbook import experiments as E
+from attnbook import provenance
+from attnbook.experiments import ledger_seeds as L
+from attnbook.experiments import store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_chapter_inputs_follow_the_imports():
+    inp = L.chapter_inputs("pde/particles", ROOT)
+    assert "book/pde/particles.md" in inp
+    # the ledger (every chapter opens one) and Part III's particle module
+    assert "src/attnbook/claims.py" in inp and "src/attnbook/pde/particles.py" in inp
+    assert "src/attnbook/pde/__init__.py" in inp  # the package above a module
+    sha = hashlib.sha256((ROOT / "src/attnbook/claims.py").read_bytes()).hexdigest()
+    assert inp["src/attnbook/claims.py"] == sha
+    with pytest.raises(ValueError, match="no source file"):
+        L.chapter_inputs("pde/no-such-chapter", ROOT)
+
+
+def test_relative_imports_resolve_to_files():
+    import ast
+
+    tree = ast.parse("from .action import linear\nfrom .. import claims\nimport numpy")
+    got = L._imports(tree, "attnbook.copyhead")
+    assert {"attnbook.copyhead.action.linear", "attnbook.claims"} <= got
+    assert not any(n.startswith("numpy") for n in got)
+
+
+def test_asserting_cells_are_the_exercise_and_assert_cells():
+    cells = L.asserting_cells("foundations/how-to-use", ROOT)
+    text = (ROOT / "book/foundations/how-to-use.md").read_text()
+    code = L._code_cells(text)
+    assert cells and all(
+        "assert" in code[i] or "exercises.check(" in code[i] for i in cells
+    )
+
+
+def test_sweep_mismatches_name_the_chapters_to_rerun():
+    summary = {"chapters": {"a/b": {"ids": ["x", "y"]}, "c/d": {"ids": ["z"]}}}
+    recs = [
+        {"chapter": "a/b", "claims": [{"id": "x"}, {"id": "y"}]},
+        {"chapter": "c/d", "claims": [{"id": "z2"}]},
+        {"chapter": "e/f", "claims": [{"id": "w"}]},
+        {"chapter": "g/h", "claims": []},
+    ]
+    out = L.sweep_mismatches(recs, summary)
+    assert set(out) == {"c/d", "e/f"}
+    assert "new: z2" in out["c/d"] and "no longer made: z" in out["c/d"]
+    assert out["e/f"] == "not swept"
+
+
+@dataclass(frozen=True)
+class _Cfg:
+    x: int = 1
+    device: str = "cpu"
+    dtype: str = "float64"
+
+
+_FILES: dict[int, Path] = {}
+_CALLS: list[int] = []
+
+
+def _fn(cfg):
+    _CALLS.append(cfg.x)
+    return {"v": np.array([float(_FILES[cfg.x].read_text())])}
+
+
+def _inputs(cfg):
+    p = _FILES[cfg.x]
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()}
+
+
+NAME = "test-inputs"
+if NAME not in E._REGISTRY:
+    E.register(
+        E.Experiment(
+            name=NAME,
+            part="-",
+            description="points that depend on a file each",
+            function=_fn,
+            config=_Cfg,
+            scales={"smoke": E.Scale(axes={"x": (1, 2)})},
+            inputs=_inputs,
+        )
+    )
+
+
+def test_a_point_whose_inputs_changed_is_stale_and_only_it_is_recomputed(
+    tmp_path, monkeypatch
+):
+    from distributed import LocalCluster
+
+    state = {"commit": "a" * 40, "dirty": False, "diff_sha256": None}
+    monkeypatch.setattr(provenance, "git_state", lambda path=None: dict(state))
+    for x in (1, 2):
+        _FILES[x] = tmp_path / f"in{x}.txt"
+        _FILES[x].write_text(str(x))
+    out = tmp_path / "run"
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as c:
+        kw = dict(scheduler=c.scheduler_address, progress=False)
+        rep = E.run(NAME, "smoke", out, **kw)
+        assert rep.computed == 2 and not rep.stale
+        meta = json.loads(next((out / "points").glob("*.json")).read_text())
+        assert set(meta["inputs"]) <= {"in1.txt", "in2.txt"}
+        _FILES[2].write_text("20")
+        st = E.status(out)
+        assert [s["axes"] for s in st["stale"]] == [{"x": 2}]
+        # another commit: points with declared inputs certify themselves (no MixedCommits)
+        state["commit"] = "b" * 40
+        _CALLS.clear()
+        rep = E.run(NAME, "smoke", out, **kw)
+    assert rep.computed == 1 and _CALLS == [2]
+    assert rep.stale[0]["changed"] == ["in2.txt"]
+    assert E.status(out)["stale"] == []
+    assert E.load(out)["v"].sel(x=2).values.tolist() == [20.0]
+
+
+def test_load_keeps_text_outputs_of_an_unfinished_sweep(tmp_path):
+    man = {
+        "axes": {"x": [1, 2]},
+        "points": [{"index": [0], "hash": "h0"}, {"index": [1], "hash": "h1"}],
+        "experiment": "t",
+        "scale": "smoke",
+        "device": "cpu",
+        "dtype": "float64",
+    }
+    (tmp_path / "points").mkdir()
+    (tmp_path / store.MANIFEST).write_text(json.dumps(man))
+    rs = store.RunStore(tmp_path, man)
+    rs.write("h0", {"claim": np.array(["a.one", "a.two"])}, {})
+    ds = store.load(tmp_path)
+    assert ds["claim"].values.tolist() == [["a.one", "a.two"], ["", ""]]
+
+
+def test_ledger_seeds_is_registered_over_the_books_chapters():
+    from attnbook.claims import toc_chapters
+
+    exp = E.get("ledger-seeds")
+    book = exp.scale("book")
+    assert list(book.axes["chapter"]) == toc_chapters(ROOT)
+    assert book.axes["seed"] == L.SWEEP_SEEDS and len(L.SWEEP_SEEDS) >= 20
+    assert not {0, 1, 2} & set(L.SWEEP_SEEDS)  # the seeds make test and test-seeds run
+    assert exp.inputs is not None and exp.recheck is not None
