@@ -5,7 +5,8 @@ nbval only collects ``.ipynb`` files. The chapters' source of truth is the ``.md
 ``tests/test_book_structure.py``), so here every notebook chapter listed in ``_toc.yml`` is read
 with jupytext and handed to nbval's collector. Run with ``pytest --nbval-lax``: ``.md`` notebooks
 hold no stored outputs, so the chapters' own assertions (the claims ledger) are what is tested.
-The claims-ledger page is marked ``ledger``: it must run after every other chapter.
+The pages that read the ledger (the claims-ledger page and each part's findings page) are
+marked ``ledger``: they must run after every other chapter.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from unittest import mock
 import pytest
 
 ROOT = Path(__file__).resolve().parent
-LEDGER_PAGE = ROOT / "book" / "reference" / "claims-ledger.md"
 
 # chapters record that nbval ran them
 os.environ.setdefault("ATTNBOOK_EXECUTOR", "nbval")
@@ -34,7 +34,8 @@ def pytest_ignore_collect(collection_path, config):
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "ledger: the claims-ledger page, run after all chapters"
+        "markers",
+        "ledger: the pages that read the claims ledger, run after all chapters",
     )
 
 
@@ -54,8 +55,11 @@ def pytest_collect_file(file_path, parent):
             nb = jupytext.read(str(self.path))
             with mock.patch.object(nbval.plugin.nbformat, "read", lambda *a, **k: nb):
                 items = list(super().collect())
+            from attnbook.claims import reads_ledger
+
+            rel = self.path.resolve().relative_to(ROOT / "book").with_suffix("")
             for item in items:
-                if self.path.resolve() == LEDGER_PAGE.resolve():
+                if reads_ledger(rel.as_posix()):
                     item.add_marker(pytest.mark.ledger)
                 yield item
 

@@ -274,6 +274,12 @@ def test_table_html_marks_failures_and_stale(tmp_path):
 def test_toc_chapters_and_status(tmp_path):
     ids = claims.toc_chapters()
     assert "foundations/attention-maps" in ids and "reference/claims-ledger" not in ids
+    # the pages that read the ledger make no claims of their own
+    assert claims.reads_ledger("focus/findings") and claims.reads_ledger(
+        "reference/claims-ledger"
+    )
+    assert not claims.reads_ledger("focus/findings-extra")
+    assert not any(claims.reads_ledger(i) for i in ids)
     assert all(not i.endswith("index") for i in ids)
     status = claims.ledger_status(directory=tmp_path)
     assert "foundations/attention-maps" in status["missing"]

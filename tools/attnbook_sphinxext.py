@@ -1,7 +1,8 @@
 """A small Sphinx extension for the book (loaded by ``sphinx: local_extensions`` in ``_config.yml``).
 
-It reads (and so executes) the claims-ledger page after every other page, so the ledger
-shows the claims of the chapters executed in the same build, and it tells the chapters'
+It reads (and so executes) the pages that read the ledger (each part's findings page, then the
+claims-ledger page) after every other page, so they show the claims of the chapters executed in
+the same build, and it tells the chapters'
 kernels that they run under the book build (recorded with each claim).
 """
 
@@ -9,13 +10,20 @@ from __future__ import annotations
 
 import os
 
-LEDGER_DOCNAME = "book/reference/claims-ledger"
+PREFIX = "book/"
 
 
 def _ledger_last(app, env, docnames):
-    if LEDGER_DOCNAME in docnames:
-        docnames.remove(LEDGER_DOCNAME)
-        docnames.append(LEDGER_DOCNAME)
+    from attnbook.claims import LEDGER_CHAPTER, reads_ledger
+
+    readers = [
+        d for d in docnames if d.startswith(PREFIX) and reads_ledger(d[len(PREFIX) :])
+    ]
+    # the findings pages in book order, the ledger page last of all
+    readers.sort(key=lambda d: d == PREFIX + LEDGER_CHAPTER)
+    for d in readers:
+        docnames.remove(d)
+        docnames.append(d)
 
 
 def setup(app):

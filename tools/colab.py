@@ -72,6 +72,8 @@ from pathlib import Path
 
 import yaml
 
+from attnbook.claims import reads_ledger
+
 __all__ = [
     "INSTALL_ENV",
     "Release",
@@ -104,7 +106,6 @@ INSTALL_ENV = "ATTNBOOK_INSTALL"
 #: Colab opens a notebook with a GPU runtime when its metadata asks for one
 COLAB_METADATA = {"accelerator": "GPU", "colab": {"provenance": [], "gpuType": "T4"}}
 
-LEDGER_CHAPTER = "reference/claims-ledger"
 
 #: where the student notebooks go: ``notebooks/student/<part>/<chapter>.ipynb``
 STUDENT_DIR = Path("notebooks") / "student"
@@ -301,16 +302,16 @@ def postprocess(
             body.append(c)
 
     cells = [_new_cell("code", install_cell_source(rel), "install")] + body
-    if docname.endswith(LEDGER_CHAPTER):
+    if reads_ledger(docname.removeprefix("book/")):
         cells.insert(
             0,
             _new_cell(
                 "markdown",
-                "**This notebook lists the claims recorded by a book build.** A build "
+                "**This notebook reads the claims recorded by a book build.** A build "
                 "(`make test` or `make book` in a checkout of the repository) executes every "
                 "chapter, and each chapter's claims are written to `_build/ledger/`; this "
                 "notebook reads them, so it runs only inside such a checkout after a build. "
-                f"The ledger of the published book: [{rel.page_url(docname)}]"
+                f"The page of the published book: [{rel.page_url(docname)}]"
                 f"({rel.page_url(docname)}).",
                 "colab-note",
             ),

@@ -33,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 
+from attnbook.claims import reads_ledger
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: what Colab ships that the book relies on (attnbook's other dependencies come through the
@@ -50,7 +52,6 @@ COLAB_PACKAGES = [
     "nbformat",
 ]
 TORCH = os.environ.get("TORCH_CPU", "torch==2.13.0")
-LEDGER = "reference/claims-ledger"
 
 # runs inside the fresh environment: execute one notebook, print a JSON line
 _RUNNER = r"""
@@ -173,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print("\n".join(problems))
         return 1
-    selected = [i for i in ids if i != LEDGER and (not args.only or i in args.only)]
+    selected = [
+        i for i in ids if not reads_ledger(i) and (not args.only or i in args.only)
+    ]
     from attnbook.data import find_data_dir
     from attnbook.download import EXCERPTS, build_excerpts
 

@@ -79,6 +79,8 @@ __all__ = [
     "load_records",
     "chapter_source",
     "toc_chapters",
+    "reads_ledger",
+    "claim_anchor",
     "ledger_status",
     "ledger_table_html",
     "ledger_summary",
@@ -706,6 +708,15 @@ def load_records(directory: str | os.PathLike | None = None) -> list[dict]:
 
 #: The ledger page itself: executed last, it makes no claims of its own.
 LEDGER_CHAPTER = "reference/claims-ledger"
+#: The page name of each part's findings page (``focus/findings``), which reads the ledger.
+FINDINGS_PAGE = "findings"
+
+
+def reads_ledger(chapter: str) -> bool:
+    """Whether a page reads the ledger instead of adding to it: the ledger page and each
+    part's findings page. Such pages make no claims, run after every chapter (pytest marker
+    ``ledger``) and are left out of :func:`toc_chapters`."""
+    return chapter == LEDGER_CHAPTER or chapter.rsplit("/", 1)[-1] == FINDINGS_PAGE
 
 
 def _toc_files(entry) -> list[str]:
@@ -733,7 +744,8 @@ def _is_executable(path: Path) -> bool:
 def toc_chapters(root: str | os.PathLike | None = None) -> list[str]:
     """Chapter ids (``focus/condensation``) of the executable pages of ``_toc.yml``, in order.
 
-    Read from the table of contents with a YAML parser; the ledger page itself is left out.
+    Read from the table of contents with a YAML parser; the pages that read the ledger (the
+    ledger page, the findings pages) are left out.
     """
     import yaml
 
@@ -749,7 +761,7 @@ def toc_chapters(root: str | os.PathLike | None = None) -> list[str]:
             continue
         rel = path.resolve().relative_to((Path(root) / "book").resolve())
         cid = rel.with_suffix("").as_posix()
-        if cid != LEDGER_CHAPTER:
+        if not reads_ledger(cid):
             ids.append(cid)
     return ids
 
@@ -832,6 +844,11 @@ def ledger_summary(records: list[dict], *, n_smallest: int = 10) -> dict:
     }
 
 
+def claim_anchor(chapter: str, claim_id: str) -> str:
+    """The HTML id of a claim's row in the ledger table (``claim-focus-condensation-x``)."""
+    return "claim-" + re.sub(r"[^A-Za-z0-9_-]+", "-", f"{chapter}-{claim_id}")
+
+
 def _seeds_cell(seeds: dict, chapter: str, claim_id: str, cell: str) -> str:
     k_n = seeds.get((chapter, claim_id))
     if k_n is None:
@@ -890,7 +907,8 @@ def ledger_table_html(
             colour = "#1a7f37" if ok else "#cf222e"
             note = f"<br><small>{html.escape(claim.note)}</small>" if claim.note else ""
             rows.append(
-                f"<tr><td {cell}><code>{html.escape(claim.id)}</code><br>"
+                f'<tr id="{claim_anchor(rec["chapter"], claim.id)}">'
+                f"<td {cell}><code>{html.escape(claim.id)}</code><br>"
                 f"{html.escape(claim.statement)}{note}</td>"
                 f"<td {cell}>{html.escape(claim.measured_text())}</td>"
                 f"<td {cell}>{html.escape(claim.criterion())}</td>"

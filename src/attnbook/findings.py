@@ -1,0 +1,260 @@
+"""Findings pages: what a part reproduced of its paper, read from the claims ledger.
+
+A findings page is a table with one :class:`Finding` per result of the paper, written in a
+YAML file beside the page (``book/<part>/findings.yml``, read by :func:`load_findings`). The
+verdict and its reason are written by a person; every number in the "what we measured" column is
+filled in from the ledger records of the same build, through placeholders that name a claim:
+
+.. code-block:: yaml
+
+    rows:
+    - result: Stage I grows the attention logits at a rate set by the linearisation
+      section: summary, stage 1
+      measured: rate {focus2.measured-rate} against {focus2.measured-rate|expected}
+      verdict: reproduced
+      why: the rate of 5 initialisations agrees within its interval
+      claims: [focus2.measured-rate]
+    own:
+    - a result of the book that the paper does not state, with {a-claim}
+
+A placeholder is ``{claim-id}`` (the measured value, with its interval and n for a random
+quantity) or ``{claim-id|field}`` with field ``value``, ``expected``, ``interval``, ``n``,
+``criterion`` or ``null``. :func:`findings_table_html` refuses (``ValueError``) a placeholder or
+a claim id that the records do not hold, and (:class:`~attnbook.claims.ClaimFailed`) a row that
+rests on a failed claim: a findings page cannot state a result its own build contradicts.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .claims import Claim, ClaimFailed, _fmt, claim_anchor
+
+__all__ = [
+    "VERDICTS",
+    "Finding",
+    "claims_by_id",
+    "fill",
+    "check_findings",
+    "findings_table_html",
+    "robustness",
+    "FindingsPage",
+    "load_findings",
+]
+
+#: The four verdicts a row may carry, and nothing else.
+VERDICTS = ("reproduced", "reproduced with caveat", "differs", "not tested")
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.\-]+)(?:\|(\w+))?\}")
+_FIELDS = ("value", "expected", "interval", "n", "criterion", "null")
+
+
+def _text(value, name: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, not {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{name} must not be empty")
+    return value
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One row of a findings page: a result of the paper and what the book measured."""
+
+    result: str  # the paper's result, in its own terms
+    section: str  # where the paper (or its summary) states it
+    measured: str  # what we measured, with {claim-id} placeholders
+    verdict: str  # one of VERDICTS
+    why: str  # the caveat, the difference, or why it is untested
+    claims: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for name in ("result", "section", "measured", "why"):
+            _text(getattr(self, name), name)
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, not {self.verdict!r}")
+        if isinstance(self.claims, str) or not all(
+            isinstance(c, str) for c in self.claims
+        ):
+            raise TypeError("claims must be a tuple of claim ids (strings)")
+        object.__setattr__(self, "claims", tuple(self.claims))
+        if not self.claims and self.verdict != "not tested":
+            raise ValueError(
+                f"claims: a row with verdict {self.verdict!r} must name the claims it "
+                "rests on; only 'not tested' rows may name none"
+            )
+        used = {m.group(1) for m in _PLACEHOLDER.finditer(self.measured)}
+        unnamed = sorted(used - set(self.claims))
+        if unnamed:
+            raise ValueError(
+                f"measured: placeholders {unnamed} name claims missing from claims"
+            )
+
+
+def claims_by_id(records: list[dict]) -> dict[str, tuple[str, Claim]]:
+    """``{claim id: (chapter, Claim)}`` over ledger records; an id made twice is refused."""
+    out: dict[str, tuple[str, Claim]] = {}
+    for rec in records:
+        for c in rec["claims"]:
+            claim = Claim(**c)
+            if claim.id in out and out[claim.id][0] != rec["chapter"]:
+                raise ValueError(
+                    f"claim id {claim.id!r} is made by {out[claim.id][0]} and "
+                    f"{rec['chapter']}: findings name claims by id"
+                )
+            out[claim.id] = (rec["chapter"], claim)
+    return out
+
+
+def _field(claim: Claim, name: str | None) -> str:
+    if name is None:
+        return claim.measured_text()
+    if name == "value":
+        return _fmt(claim.measured)
+    if name == "expected":
+        if claim.expected is None:
+            raise ValueError(f"claim {claim.id!r} has no expected value")
+        return _fmt(claim.expected)
+    if name == "interval":
+        if claim.interval is None:
+            raise ValueError(f"claim {claim.id!r} has no interval (one number)")
+        lo, hi = claim.interval
+        return f"[{_fmt(lo)}, {_fmt(hi)}]"
+    if name == "n":
+        return str(claim.n)
+    if name == "criterion":
+        return claim.criterion()
+    if name == "null":
+        return claim.null_text() or "none"
+    raise ValueError(f"placeholder field must be one of {_FIELDS}, not {name!r}")
+
+
+def fill(template: str, by_id: dict[str, tuple[str, Claim]]) -> str:
+    """``template`` with every ``{claim-id}`` / ``{claim-id|field}`` replaced from the ledger
+    (``by_id`` from :func:`claims_by_id`); a missing claim raises ``ValueError``, a failed
+    one :class:`~attnbook.claims.ClaimFailed`."""
+    _text(template, "template")
+
+    def sub(m: re.Match) -> str:
+        cid, name = m.group(1), m.group(2)
+        if cid not in by_id:
+            raise ValueError(f"no recorded claim {cid!r} in the ledger")
+        claim = by_id[cid][1]
+        if not claim.passed:
+            raise ClaimFailed(f"claim {cid!r} failed in this build")
+        return _field(claim, name)
+
+    return _PLACEHOLDER.sub(sub, template)
+
+
+def check_findings(findings, records: list[dict]) -> dict[str, tuple[str, Claim]]:
+    """Refuse rows whose claims are missing (``ValueError``) or failed (``ClaimFailed``)."""
+    if not findings:
+        raise ValueError("findings must hold at least one row")
+    for f in findings:
+        if not isinstance(f, Finding):
+            raise TypeError(f"findings must be Finding rows, not {type(f).__name__}")
+    by_id = claims_by_id(records)
+    missing = sorted({c for f in findings for c in f.claims} - set(by_id))
+    if missing:
+        raise ValueError(
+            f"findings name claims that the ledger does not hold: {missing} "
+            "(run the part's chapters first: make test)"
+        )
+    failed = sorted({c for f in findings for c in f.claims if not by_id[c][1].passed})
+    if failed:
+        raise ClaimFailed(
+            f"findings rest on claims that failed in this build: {failed}"
+        )
+    return by_id
+
+
+def findings_table_html(
+    findings,
+    records: list[dict],
+    *,
+    ledger_url: str = "../reference/claims-ledger.html",
+) -> str:
+    """The findings table, with numbers filled from ``records`` and claims linked to the
+    ledger page's rows."""
+    by_id = check_findings(findings, records)
+    cell = 'style="padding:4px 6px;vertical-align:top"'
+    cols = ("paper's result", "what we measured", "verdict", "why", "claims")
+    colours = {
+        "reproduced": "#1a7f37",
+        "reproduced with caveat": "#9a6700",
+        "differs": "#cf222e",
+        "not tested": "#57606a",
+    }
+    head = "<tr>" + "".join(f"<th {cell}>{c}</th>" for c in cols) + "</tr>"
+    rows = []
+    for f in findings:
+        links = "<br>".join(
+            f'<a href="{ledger_url}#{claim_anchor(by_id[c][0], c)}"><code>'
+            f"{html.escape(c)}</code></a>"
+            for c in f.claims
+        )
+        rows.append(
+            f"<tr><td {cell}>{html.escape(f.result)} <small>({html.escape(f.section)})"
+            f"</small></td><td {cell}>{html.escape(fill(f.measured, by_id))}</td>"
+            f'<td {cell} style="color:{colours[f.verdict]};font-weight:bold">'
+            f"{f.verdict}</td><td {cell}>{html.escape(f.why)}</td>"
+            f"<td {cell}>{links or '—'}</td></tr>"
+        )
+    return (
+        '<table class="attnbook-findings" style="font-size:0.85em;'
+        'border-collapse:collapse">' + head + "".join(rows) + "</table>"
+    )
+
+
+def robustness(findings, sweep: dict) -> list[tuple[str, str, int | None, int | None]]:
+    """Per claim named by ``findings``: ``(claim id, chapter, k, n)`` from a ``ledger-seeds``
+    summary (:func:`attnbook.experiments.ledger_seeds.sweep_summary`); k and n are None
+    for a claim the sweep has not run."""
+    by_id = {cid: (chapter, c) for (chapter, cid), c in sweep["claims"].items()}
+    out = []
+    for cid in dict.fromkeys(c for f in findings for c in f.claims):
+        chapter, c = by_id.get(cid, ("", None))
+        out.append(
+            (
+                cid,
+                chapter,
+                None if c is None else c["passed"],
+                None if c is None else c["n"],
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class FindingsPage:
+    """The rows of a findings page and the book's own results (templates, one per result)."""
+
+    rows: tuple[Finding, ...]
+    own: tuple[str, ...] = ()
+
+
+def load_findings(path: str | os.PathLike) -> FindingsPage:
+    """Read and validate a findings file (``rows:`` of findings, optional ``own:`` results)."""
+    import yaml
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a path, not {type(path).__name__}")
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise ValueError(f"path: {path} must hold a mapping with a list 'rows'")
+    unknown = sorted(set(data) - {"rows", "own"})
+    if unknown:
+        raise ValueError(f"path: {path} has unknown keys {unknown}")
+    rows = []
+    for i, row in enumerate(data["rows"]):
+        try:
+            rows.append(Finding(**{**row, "claims": tuple(row.get("claims") or ())}))
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{path}, row {i + 1}: {exc}") from None
+    own = tuple(_text(t, f"own[{i}]") for i, t in enumerate(data.get("own") or []))
+    return FindingsPage(tuple(rows), own)

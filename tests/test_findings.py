@@ -1,0 +1,176 @@
+"""Findings pages: rows validated on construction, numbers filled from ledger records only."""
+
+from pathlib import Path
+
+import pytest
+
+from attnbook.claims import ClaimFailed, Ledger, claim_anchor, load_records
+from attnbook.findings import (
+    VERDICTS,
+    Finding,
+    check_findings,
+    claims_by_id,
+    fill,
+    findings_table_html,
+    load_findings,
+    robustness,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+CHAPTER = (
+    "foundations/attention-maps"  # a chapter of the book: the ledger checks it exists
+)
+
+
+def _records(tmp_path, *, fail=False):
+    """Ledger records of a scratch ledger: two passing claims, and a failed one if asked."""
+    ledger = Ledger(CHAPTER, title="a chapter", directory=tmp_path, seed=0)
+    ledger.check(
+        "x.rate",
+        "a rate",
+        0.5012,
+        expected=0.5,
+        rtol=0.01,
+        null=0.0,
+        kind="experiment",
+        source="seed",
+        note="integrator error",
+    )
+    ledger.check(
+        "x.noisy",
+        "a mean",
+        samples=[1.0, 1.1, 0.9, 1.05, 0.95],
+        expected=1.0,
+        atol=0.5,
+        null=3.0,
+        kind="experiment",
+        source="derived",
+        note="five runs",
+    )
+    if fail:
+        with pytest.raises(ClaimFailed):
+            ledger.check(
+                "x.bad",
+                "a bad bound",
+                2.0,
+                upper=1.0,
+                null=3.0,
+                kind="observation",
+                source="measured",
+                note="for the test",
+            )
+    return load_records(tmp_path)
+
+
+def _row(**kw):
+    base = dict(
+        result="a result",
+        section="§1",
+        measured="rate {x.rate}",
+        verdict="reproduced",
+        why="because",
+        claims=("x.rate",),
+    )
+    base.update(kw)
+    return Finding(**base)
+
+
+def test_verdict_must_be_one_of_four():
+    for v in VERDICTS:
+        _row(verdict=v)
+    with pytest.raises(ValueError, match="verdict"):
+        _row(verdict="confirmed")
+
+
+def test_rows_name_claims_unless_not_tested():
+    with pytest.raises(ValueError, match="claims"):
+        _row(claims=(), measured="nothing")
+    _row(verdict="not tested", claims=(), measured="no valid measurement")
+    with pytest.raises(TypeError, match="claims"):
+        _row(claims="x.rate")
+    with pytest.raises(ValueError, match="why"):
+        _row(why="  ")
+
+
+def test_placeholders_must_name_listed_claims():
+    with pytest.raises(ValueError, match="x.other"):
+        _row(measured="{x.rate} and {x.other}")
+
+
+def test_fill_reads_the_records(tmp_path):
+    by_id = claims_by_id(_records(tmp_path))
+    assert fill("{x.rate|value}", by_id) == "0.5012"
+    assert fill("{x.rate|expected}", by_id) == "0.5"
+    assert "(n = 5)" in fill("{x.noisy}", by_id)
+    assert fill("{x.noisy|n}", by_id) == "5"
+    assert fill("{x.noisy|null}", by_id) == "3"
+    with pytest.raises(ValueError, match="x.missing"):
+        fill("{x.missing}", by_id)
+    with pytest.raises(ValueError, match="interval"):
+        fill("{x.rate|interval}", by_id)
+    with pytest.raises(ValueError, match="field"):
+        fill("{x.rate|colour}", by_id)
+
+
+def test_missing_and_failed_claims_are_refused(tmp_path):
+    records = _records(tmp_path, fail=True)
+    with pytest.raises(ValueError, match="x.gone"):
+        check_findings([_row(claims=("x.gone",), measured="-")], records)
+    with pytest.raises(ClaimFailed, match="x.bad"):
+        check_findings([_row(claims=("x.bad",), measured="{x.bad}")], records)
+    with pytest.raises(ClaimFailed, match="x.bad"):
+        fill("{x.bad}", claims_by_id(records))
+    with pytest.raises(ValueError, match="at least one"):
+        check_findings([], records)
+    with pytest.raises(TypeError, match="Finding"):
+        check_findings(["a row"], records)
+
+
+def test_table_links_each_claim_to_its_ledger_row(tmp_path):
+    records = _records(tmp_path)
+    table = findings_table_html([_row()], records)
+    assert "0.5012" in table and "reproduced" in table
+    assert f'#{claim_anchor(CHAPTER, "x.rate")}"' in table
+
+
+def test_an_id_made_by_two_chapters_is_refused():
+    rec = {
+        "chapter": "a/b",
+        "claims": [{"id": "x", "statement": "s", "measured": 1.0, "passed": True}],
+    }
+    with pytest.raises(ValueError, match="'x'"):
+        claims_by_id([rec, {**rec, "chapter": "a/c"}])
+
+
+def test_robustness_reads_the_sweep():
+    sweep = {"claims": {(CHAPTER, "x.rate"): {"passed": 19, "n": 20}}}
+    rows = robustness([_row(), _row(claims=("x.new",), measured="-")], sweep)
+    assert rows == [("x.rate", CHAPTER, 19, 20), ("x.new", "", None, None)]
+
+
+@pytest.mark.parametrize(
+    "path", sorted(ROOT.glob("book/*/findings.yml")), ids=lambda p: p.parent.name
+)
+def test_every_findings_file_has_valid_rows(path):
+    """Each row has one of the four verdicts and names a claim, or says why it is untested;
+    every placeholder names one of its row's claims (load_findings refuses the rest)."""
+    page = load_findings(path)
+    assert page.rows
+    assert all(r.claims or r.verdict == "not tested" for r in page.rows)
+    assert (ROOT / "book" / path.parent.name / "findings.md").is_file()
+
+
+def test_a_bad_findings_file_names_the_row(tmp_path):
+    bad = tmp_path / "findings.yml"
+    bad.write_text(
+        "rows:\n- {result: r, section: s, measured: m, verdict: ok, why: w}\n"
+    )
+    with pytest.raises(ValueError, match="row 1: verdict"):
+        load_findings(bad)
+    bad.write_text("rows: []\nextra: 1\n")
+    with pytest.raises(ValueError, match="extra"):
+        load_findings(bad)
+    with pytest.raises(TypeError, match="path"):
+        load_findings(3)
