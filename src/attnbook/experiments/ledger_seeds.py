@@ -24,6 +24,7 @@ differ from the sweep's must be swept again.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import os
@@ -139,6 +140,36 @@ def _package_of(path: Path) -> str:
     return ".".join(("attnbook", *rel.parts))
 
 
+def _cached(parse, path: Path):
+    # keyed on the file's size and modification time: an edited file is parsed again (a
+    # sweep asks for the inputs of every point: 20 seeds share one chapter's parse)
+    st = path.stat()
+    return parse(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _chapter_imports(src: Path, _mtime_ns: int, _size: int) -> frozenset[str]:
+    names: set[str] = set()
+    for code in _code_cells(src.read_text(encoding="utf-8")):
+        try:
+            names |= _imports(ast.parse(_python(code)))
+        except SyntaxError:  # a cell ast cannot read: fall back to its import lines
+            names |= set(re.findall(r"\b(attnbook(?:\.\w+)*)", code))
+    return frozenset(names)
+
+
+@functools.lru_cache(maxsize=1024)
+def _module_imports(path: Path, _mtime_ns: int, _size: int) -> frozenset[str]:
+    return frozenset(
+        _imports(ast.parse(path.read_text(encoding="utf-8")), _package_of(path))
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _sha256(path: Path, _mtime_ns: int, _size: int) -> str:
+    return file_sha256(path)
+
+
 def chapter_inputs(
     chapter: str, root: str | os.PathLike | None = None
 ) -> dict[str, str]:
@@ -156,29 +187,28 @@ def chapter_inputs(
     src = root / "book" / f"{chapter}.md"
     if not src.is_file():
         raise ValueError(f"chapter {chapter!r} has no source file {src}")
-    names: set[str] = {"attnbook"}
-    for code in _code_cells(src.read_text(encoding="utf-8")):
-        try:
-            names |= _imports(ast.parse(_python(code)))
-        except SyntaxError:  # a cell ast cannot read: fall back to its import lines
-            names |= set(re.findall(r"\b(attnbook(?:\.\w+)*)", code))
+    names: set[str] = {"attnbook"} | set(_cached(_chapter_imports, src))
     files: set[Path] = set()
+    looked_up: set[str] = set()
     todo = sorted(names)
     while todo:
         name = todo.pop()
         parts = name.split(".")
         for i in range(1, len(parts) + 1):  # the module and every package above it
-            path = _module_file(".".join(parts[:i]))
+            prefix = ".".join(parts[:i])
+            if prefix in looked_up:
+                continue
+            looked_up.add(prefix)
+            path = _module_file(prefix)
             if path is None or path in files:
                 continue
             files.add(path)
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-            found = _imports(tree, _package_of(path))
+            found = set(_cached(_module_imports, path))
             todo.extend(sorted(found - names))
             names |= found
-    out = {src.relative_to(root).as_posix(): file_sha256(src)}
+    out = {src.relative_to(root).as_posix(): _cached(_sha256, src)}
     for path in sorted(files):
-        out[path.relative_to(root).as_posix()] = file_sha256(path)
+        out[path.relative_to(root).as_posix()] = _cached(_sha256, path)
     return out
 
 
