@@ -398,7 +398,7 @@ def check_position_entropy(fn) -> None:
 
 @checker("ex-focus-perturbed-pi", what="a function perturbed_pi(d, pi_top, delta)")
 def check_perturbed_pi(fn) -> None:
-    """``π₀ = pi_top``, rare tokens ``(1 − pi_top)/(d − 1) + c_i δ``, ``c = linspace(1, −1, d−1)``."""
+    """``π₀ = pi_top``, rare tokens ``(1 − pi_top)/(d − 1) + ξ_i δ``, ``ξ = linspace(1, −1, d−1)``."""
     label = "ex-focus-perturbed-pi"
     cases = [
         (d, top, delta, f"d = {d}, pi_top = {top}, delta = {delta}")
@@ -416,7 +416,7 @@ def check_perturbed_pi(fn) -> None:
         if got.shape == expected.shape and not math.isclose(
             got.sum(), 1.0, rel_tol=1e-9
         ):
-            hint = "π must sum to 1: the shifts c_iδ must sum to zero (c = linspace(1, −1, d − 1))"
+            hint = "π must sum to 1: the shifts ξ_iδ must sum to zero (ξ = linspace(1, −1, d − 1))"
         elif got.shape == expected.shape and _same(got[1:], expected[1:][::-1]):
             hint = "the first rare token gets +δ: c runs from +1 down to −1"
         assert_close(label, got, expected, on=on, hint=hint, what="π")
