@@ -125,6 +125,28 @@ def test_rank_one_minimum_is_a_critical_point_and_matches_the_flow():
         theory.rank_one_minimum(P, y[:-1])
 
 
+def test_rank_one_orbits_are_exact_symmetries_of_the_rank_one_loss():
+    P = perturbed_chain(4, 0.7, 0.02, 0.5)
+    y = np.random.default_rng(3).normal(size=10)
+
+    def loss(yy):
+        return float(focus.population_loss(*theory.rank_one_params(yy), P))
+
+    d = 4
+    scaled = np.concatenate([1.7 * y[:d], y[d : 2 * d] / 1.7, y[2 * d :] / 1.7])
+    swapped = np.concatenate([y[: 2 * d], [0.4 * y[2 * d], y[2 * d + 1] / 0.4]])
+    shifted = np.concatenate([y[:d], y[d : 2 * d] + 2.5, y[2 * d :]])
+    for moved in (scaled, swapped, shifted):  # the finite symmetry maps
+        assert loss(moved) == pytest.approx(loss(y), abs=1e-12)
+    Z = theory.rank_one_orbits(y)
+    for z in Z:  # their tangents, by central differences
+        h = 1e-5
+        assert abs(loss(y + h * z) - loss(y - h * z)) / (2 * h) < 1e-8
+    assert np.linalg.matrix_rank(Z) == 3
+    with pytest.raises(ValueError, match="y must"):
+        theory.rank_one_orbits(y[:-1])
+
+
 def test_solve_reduced_matches_the_full_flow():
     P = perturbed_chain(4, 0.7, 0.02, 0.5)
     y0 = np.array([0.8, 0.2, 0.15, 0.1, 1.0, -0.5, -0.2, -0.3, 0.05, 0.04])

@@ -57,6 +57,7 @@ __all__ = [
     "reduced_to_params",
     "project_rank_one",
     "rank_one_minimum",
+    "rank_one_orbits",
     "solve_reduced",
     "plateau_instability",
     "symmetric_plateau",
@@ -487,6 +488,29 @@ def rank_one_minimum(P, start) -> tuple[float, np.ndarray]:
     ``(loss, y)`` at the minimiser.
     """
     return _minimise_rank_one(P, _check_reduced(start, "start"))
+
+
+def rank_one_orbits(y) -> np.ndarray:
+    r"""The directions, at reduced coordinates ``y = [γ, β, λ_Q, λ_K]``, of the rank-one loss's
+    continuous symmetries (rows, shape ``(3, 2d + 2)``; not normalised).
+
+    The loss depends on the weights only through :math:`M = \gamma\beta^\top` and
+    :math:`\Phi = \lambda_Q\lambda_K\gamma\gamma^\top`, and on :math:`\beta` only up to a
+    multiple of :math:`\mathbf 1` (the softmax ignores a constant added to every logit). So
+    it is exactly invariant under :math:`(\gamma, \beta, \lambda_Q, \lambda_K) \to (s\gamma,
+    \beta/s, \lambda_Q/s, \lambda_K/s)`, :math:`(\lambda_Q, \lambda_K) \to (t\lambda_Q,
+    \lambda_K/t)` and :math:`\beta \to \beta + c\mathbf 1`. At a critical point these
+    directions are zero modes of the Hessian; a stability test along the manifold projects
+    them out.
+    """
+    y = _check_reduced(y, "y")
+    d = (y.size - 2) // 2
+    gamma, beta, lq, lk = y[:d], y[d : 2 * d], y[2 * d], y[2 * d + 1]
+    orbits = np.zeros((3, y.size))
+    orbits[0] = np.concatenate([gamma, -beta, [-lq, -lk]])
+    orbits[1, 2 * d :] = [lq, -lk]
+    orbits[2, d : 2 * d] = 1.0
+    return orbits
 
 
 def solve_reduced(y0, P, t_eval, *, rtol: float = 1e-10, atol: float = 1e-12):
