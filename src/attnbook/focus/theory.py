@@ -57,6 +57,7 @@ __all__ = [
     "reduced_to_params",
     "project_rank_one",
     "rank_one_minimum",
+    "rank_one_lowest_minimum",
     "rank_one_orbits",
     "solve_reduced",
     "plateau_instability",
@@ -488,6 +489,35 @@ def rank_one_minimum(P, start) -> tuple[float, np.ndarray]:
     ``(loss, y)`` at the minimiser.
     """
     return _minimise_rank_one(P, _check_reduced(start, "start"))
+
+
+def rank_one_lowest_minimum(
+    P, *, n_starts: int = 8, seed=None
+) -> tuple[float, np.ndarray, np.ndarray]:
+    r"""The lowest of :func:`rank_one_minimum` from ``n_starts`` independent random starts.
+
+    The starts are reduced coordinates drawn from :math:`\mathcal N(0, 1)` (``seed``: an int,
+    a ``torch.Generator`` or None, see :func:`attnbook.device.as_generator`), so the result
+    does not depend on any run: a run's plateau loss compared with it is a test of where the
+    run went, not of where it started the minimiser. The rank-one loss has more than one
+    local minimum; a start lands in the lowest basin with high probability, and the
+    spread of the returned losses shows how many did. Returns ``(loss, y, losses)``.
+    """
+    from ..device import as_generator
+    from ..markov import as_stochastic_matrix
+
+    n_starts = check_positive_int(n_starts, "n_starts")
+    P = as_stochastic_matrix(P, "P")
+    if P.ndim != 2:
+        raise ValueError(f"P must be one d×d transition matrix, got shape {tuple(P.shape)}")
+    d = P.shape[-1]
+    starts = torch.randn(
+        n_starts, 2 * d + 2, generator=as_generator(seed), dtype=torch.float64
+    ).numpy()
+    found = [_minimise_rank_one(P, y0) for y0 in starts]
+    losses = np.array([loss for loss, _ in found])
+    best = int(np.argmin(losses))
+    return float(losses[best]), found[best][1], losses
 
 
 def rank_one_orbits(y) -> np.ndarray:
