@@ -125,6 +125,23 @@ def test_rank_one_minimum_is_a_critical_point_and_matches_the_flow():
         theory.rank_one_minimum(P, y[:-1])
 
 
+def test_rank_one_lowest_minimum_is_the_lowest_of_independent_starts():
+    P = perturbed_chain(4, 0.7, 0.0, 0.5)
+    loss, y, losses = theory.rank_one_lowest_minimum(P, n_starts=4, seed=1)
+    assert losses.shape == (4,) and loss == losses.min()
+    assert float(focus.population_loss(*theory.rank_one_params(y), P)) == pytest.approx(
+        loss, abs=1e-12
+    )
+    # the same seed gives the same starts; a single start can only be higher or equal
+    again = theory.rank_one_lowest_minimum(P, n_starts=4, seed=1)
+    assert np.array_equal(again[2], losses)
+    assert theory.rank_one_lowest_minimum(P, n_starts=1, seed=1)[0] >= loss - 1e-12
+    with pytest.raises(ValueError, match="n_starts"):
+        theory.rank_one_lowest_minimum(P, n_starts=0)
+    with pytest.raises(ValueError, match="P"):
+        theory.rank_one_lowest_minimum(torch.stack([P, P]), seed=0)
+
+
 def test_rank_one_orbits_are_exact_symmetries_of_the_rank_one_loss():
     P = perturbed_chain(4, 0.7, 0.02, 0.5)
     y = np.random.default_rng(3).normal(size=10)
