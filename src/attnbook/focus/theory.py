@@ -509,7 +509,9 @@ def rank_one_lowest_minimum(
     n_starts = check_positive_int(n_starts, "n_starts")
     P = as_stochastic_matrix(P, "P")
     if P.ndim != 2:
-        raise ValueError(f"P must be one d×d transition matrix, got shape {tuple(P.shape)}")
+        raise ValueError(
+            f"P must be one d×d transition matrix, got shape {tuple(P.shape)}"
+        )
     d = P.shape[-1]
     starts = torch.randn(
         n_starts, 2 * d + 2, generator=as_generator(seed), dtype=torch.float64
