@@ -208,6 +208,12 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     argv = ["run", "pde-fates", "--scale", "smoke", "--out", str(tmp_path / "junk")]
     assert cli.main([*argv, "--allow-dirty"]) == 2
     assert "not a run directory" in capsys.readouterr().err
+    out = str(tmp_path / "b")
+    base = ["run", "pde-fates", "--scale", "smoke", "--out", out, "--allow-dirty"]
+    assert cli.main([*base, "--only", "nothing"]) == 2
+    assert "AXIS=V1,V2" in capsys.readouterr().err
+    assert cli.main([*base, "--only", "no_such_axis=1"]) == 2
+    assert "unknown axes" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         cli.main(
             ["run", "pde-fates", "--scale", "smoke", "--out", "x", "--device", "tpu"]

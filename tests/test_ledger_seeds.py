@@ -126,6 +126,30 @@ def test_a_point_whose_inputs_changed_is_stale_and_only_it_is_recomputed(
     assert E.load(out)["v"].sel(x=2).values.tolist() == [20.0]
 
 
+def test_only_recomputes_the_selected_stale_points(tmp_path, monkeypatch):
+    from distributed import LocalCluster
+
+    state = {"commit": "a" * 40, "dirty": False, "diff_sha256": None}
+    monkeypatch.setattr(provenance, "git_state", lambda path=None: dict(state))
+    for x in (1, 2):
+        _FILES[x] = tmp_path / f"in{x}.txt"
+        _FILES[x].write_text(str(x))
+    out = tmp_path / "run"
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as c:
+        kw = dict(scheduler=c.scheduler_address, progress=False)
+        E.run(NAME, "smoke", out, **kw)
+        for x in (1, 2):  # a shared edit: both points stale
+            _FILES[x].write_text(str(10 * x))
+        _CALLS.clear()
+        rep = E.run(NAME, "smoke", out, only={"x": ["2"]}, **kw)
+        assert _CALLS == [2] and rep.computed == 1 and rep.left_out == 1
+        assert [s["axes"] for s in E.status(out)["stale"]] == [{"x": 1}]
+        with pytest.raises(ValueError, match="x=\\[3\\]"):
+            E.run(NAME, "smoke", out, only={"x": [3]}, **kw)
+        with pytest.raises(ValueError, match="unknown axes"):
+            E.run(NAME, "smoke", out, only={"y": [1]}, **kw)
+
+
 def test_load_keeps_text_outputs_of_an_unfinished_sweep(tmp_path):
     man = {
         "axes": {"x": [1, 2]},

@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument(
+        "--only",
+        action="append",
+        metavar="AXIS=V1,V2",
+        help="compute only the unfinished or stale points with these axis values "
+        "(repeatable), e.g. --only chapter=focus/real-text",
+    )
+    run.add_argument(
         "--allow-dirty",
         action="store_true",
         help="run from a source tree with uncommitted changes (recorded)",
@@ -141,6 +148,12 @@ def _run(args, argv) -> int:
         )
     if args.workers is not None and args.workers < 1:
         return _usage("--workers must be at least 1")
+    only = None
+    for item in args.only or []:
+        axis, sep, values = item.partition("=")
+        if not sep or not axis or not values:
+            return _usage(f"--only takes AXIS=V1,V2, got {item!r}")
+        only = (only or {}) | {axis: values.split(",")}
     command = "attnbook " + " ".join(shlex.quote(a) for a in argv)
     try:
         rep = run_sweep(
@@ -156,6 +169,7 @@ def _run(args, argv) -> int:
             command=command,
             allow_dirty=args.allow_dirty,
             allow_mixed=args.allow_mixed,
+            only=only,
         )
     except (SchedulerUnreachable, E.RunLocked) as err:
         return _usage(str(err))
@@ -174,6 +188,7 @@ def _run(args, argv) -> int:
         f"{args.experiment} [{args.scale}]: {rep.skipped + rep.computed}/{rep.total} points "
         f"done ({rep.skipped} already finished, {rep.computed} computed, "
         f"{len(rep.failed)} failed) in {rep.wall_s:.1f} s -> {rep.directory}"
+        + (f"; {rep.left_out} left out by --only" if rep.left_out else "")
     )
     for idx, err in rep.failed:
         print(f"  point {idx} failed: {err}", file=sys.stderr)

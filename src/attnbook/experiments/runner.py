@@ -19,6 +19,7 @@ signature of the worker that computed it (:func:`attnbook.provenance.numeric_sig
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import time
 import traceback
@@ -65,6 +66,7 @@ class RunReport:
     stale: list = field(
         default_factory=list
     )  # recomputed: {"index", "axes", "changed"}
+    left_out: int = 0  # unfinished or stale points outside ``only`` (not computed)
 
     @property
     def ok(self) -> bool:
@@ -196,8 +198,14 @@ def run_sweep(
     command: str | None = None,
     allow_dirty: bool = False,
     allow_mixed: bool = False,
+    only: dict | None = None,
 ) -> RunReport:
     """Run (or resume) the sweep ``name`` at ``scale`` into the run directory ``out``.
+
+    ``only`` (``{axis: values}``) computes only the unfinished or stale points whose axes
+    take those values, e.g. ``{"chapter": ["focus/real-text"]}`` after editing one chapter
+    when an edit to a shared module has made every point stale; the rest stay as they are
+    (counted in ``RunReport.left_out``).
 
     Finished points are skipped; the others (damaged ones included: they are listed in
     ``RunReport.damaged``) are submitted as Dask tasks and written to the store as they
@@ -219,6 +227,7 @@ def run_sweep(
             raise ValueError("device 'cuda' requested but torch sees no CUDA device")
     exp = get(name)
     points = exp.points(scale, device=device, dtype=dtype)
+    selected = _selection(exp.scale(scale).axes, only)
     prov = provenance()
     if prov["dirty"] and not allow_dirty:
         raise DirtyTree(
@@ -254,6 +263,11 @@ def run_sweep(
             pending = [
                 p for p in store.manifest["points"] if p["hash"] in ids | waiting
             ]
+        n_due = len(pending)
+        if selected is not None:
+            pending = [p for p in pending if tuple(p["index"]) in selected]
+            kept = {p["hash"] for p in pending}
+            stale = [s for s in stale if s["hash"] in kept]
         # with declared inputs every point certifies its own sources: commits mix by design
         others = _other_sources(store, finished, prov) if pending else []
         if exp.inputs is not None:
@@ -270,10 +284,11 @@ def run_sweep(
         report = RunReport(
             store.dir,
             total=len(points),
-            skipped=len(points) - len(pending),
+            skipped=len(points) - n_due,
             computed=0,
             damaged=[{k: d[k] for k in ("index", "axes", "reason")} for d in damaged],
             stale=[{k: d[k] for k in ("index", "axes", "changed")} for d in stale],
+            left_out=n_due - len(pending),
         )
         if not pending:
             return report
@@ -295,6 +310,37 @@ def run_sweep(
             progress,
         )
     return report
+
+
+def _selection(axes: dict, only: dict | None) -> set[tuple[int, ...]] | None:
+    """The point indices that ``only`` selects (None: every point). A value matches an axis
+    value equal to it, or whose text is equal to it (``"0.5"`` selects ``0.5``)."""
+    if only is None:
+        return None
+    if not isinstance(only, dict) or not only:
+        raise ValueError("only must be a non-empty dict {axis: values}")
+    allowed = []
+    for name, values in axes.items():
+        if name not in only:
+            allowed.append(range(len(values)))
+            continue
+        wanted = only[name]
+        wanted = [wanted] if isinstance(wanted, (str, int, float)) else list(wanted)
+        picked = [
+            i for i, v in enumerate(values) if v in wanted or str(v) in map(str, wanted)
+        ]
+        unknown = [
+            w for w in wanted if w not in values and str(w) not in map(str, values)
+        ]
+        if unknown:
+            raise ValueError(
+                f"only: {name}={unknown} is not a value of the axis ({list(values)})"
+            )
+        allowed.append(picked)
+    extra = sorted(set(only) - set(axes))
+    if extra:
+        raise ValueError(f"only: unknown axes {extra} (the axes are {list(axes)})")
+    return set(itertools.product(*allowed))
 
 
 def stale_points(store, exp, finished: list[dict]) -> list[dict]:
@@ -358,7 +404,7 @@ def _compute(
             )
             futures[fut] = p
         bar = tqdm(
-            total=report.total,
+            total=report.total - report.left_out,
             initial=report.skipped,
             desc=f"{name} [{scale}]",
             unit="point",
