@@ -23,6 +23,7 @@ from test_exercises import (
 )
 
 from attnbook import exercises, sgld, train
+from attnbook.claims import reads_ledger
 from attnbook.copyhead import action as A
 from attnbook.copyhead import order_parameters
 from attnbook.exercises.copyhead import (
@@ -198,7 +199,13 @@ def test_registry_matches_the_chapters():
 
 
 @pytest.mark.parametrize(
-    "md", [c for c in CHAPTERS if c.stem != "index"], ids=lambda p: p.stem
+    "md",
+    [
+        c
+        for c in CHAPTERS
+        if c.stem != "index" and not reads_ledger(f"copyhead/{c.stem}")
+    ],
+    ids=lambda p: p.stem,
 )
 def test_each_chapter_has_three_exercises_two_checked_with_difficulty_and_time(md):
     text = md.read_text(encoding="utf-8")
