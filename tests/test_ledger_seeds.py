@@ -96,17 +96,23 @@ if NAME not in E._REGISTRY:
     )
 
 
-def test_a_point_whose_inputs_changed_is_stale_and_only_it_is_recomputed(
-    tmp_path, monkeypatch
-):
-    from distributed import LocalCluster
-
+def _two_input_files(tmp_path, monkeypatch):
+    """A fake clean commit (changed by the caller through ``state``), one input file per
+    point, and the run directory."""
     state = {"commit": "a" * 40, "dirty": False, "diff_sha256": None}
     monkeypatch.setattr(provenance, "git_state", lambda path=None: dict(state))
     for x in (1, 2):
         _FILES[x] = tmp_path / f"in{x}.txt"
         _FILES[x].write_text(str(x))
-    out = tmp_path / "run"
+    return state, tmp_path / "run"
+
+
+def test_a_point_whose_inputs_changed_is_stale_and_only_it_is_recomputed(
+    tmp_path, monkeypatch
+):
+    from distributed import LocalCluster
+
+    state, out = _two_input_files(tmp_path, monkeypatch)
     with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as c:
         kw = dict(scheduler=c.scheduler_address, progress=False)
         rep = E.run(NAME, "smoke", out, **kw)
@@ -129,12 +135,7 @@ def test_a_point_whose_inputs_changed_is_stale_and_only_it_is_recomputed(
 def test_only_recomputes_the_selected_stale_points(tmp_path, monkeypatch):
     from distributed import LocalCluster
 
-    state = {"commit": "a" * 40, "dirty": False, "diff_sha256": None}
-    monkeypatch.setattr(provenance, "git_state", lambda path=None: dict(state))
-    for x in (1, 2):
-        _FILES[x] = tmp_path / f"in{x}.txt"
-        _FILES[x].write_text(str(x))
-    out = tmp_path / "run"
+    state, out = _two_input_files(tmp_path, monkeypatch)
     with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as c:
         kw = dict(scheduler=c.scheduler_address, progress=False)
         E.run(NAME, "smoke", out, **kw)
