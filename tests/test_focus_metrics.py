@@ -173,3 +173,32 @@ def test_first_time_below_per_column_and_never():
         metrics.first_time_below(y[:2], t, 1.0)
     with pytest.raises(ValueError, match="times"):
         metrics.first_time_below(y, t[:, None], 1.0)
+
+
+def test_largest_rise_matches_brute_force_and_respects_after():
+    rng = np.random.default_rng(7)
+    y = rng.normal(size=(40, 3)).cumsum(0)
+    t = np.linspace(0.0, 39.0, 40)
+    after = np.array([0.0, 12.5, 30.0])
+    out = metrics.largest_rise(y, t, after=after)
+    for c, a in enumerate(after):
+        first = int(np.searchsorted(t, a))
+        best = max(
+            y[j, c] - y[i, c] for i in range(first, 40) for j in range(i, 40)
+        )
+        assert out["rise"][c] == pytest.approx(best, abs=1e-12)
+        i_lo = int(np.searchsorted(t, out["t_low"][c]))
+        i_hi = int(np.searchsorted(t, out["t_high"][c]))
+        assert first <= i_lo <= i_hi and y[i_hi, c] - y[i_lo, c] == pytest.approx(best)
+
+
+def test_largest_rise_falling_curve_nan_start_and_bad_input():
+    t = np.arange(5.0)
+    falling = np.array([[4.0, 1.0], [3.0, 1.0], [2.0, 1.0], [1.0, 1.0], [0.0, 1.0]])
+    out = metrics.largest_rise(falling, t, after=[1.0, np.nan])
+    assert out["rise"][0] == 0.0  # only falls: no dilution
+    assert np.isnan(out["rise"][1]) and np.isnan(out["t_high"][1])  # no escape, no answer
+    with pytest.raises(ValueError, match="curves"):
+        metrics.largest_rise(falling[:3], t)
+    with pytest.raises(ValueError, match="finite"):
+        metrics.largest_rise(np.array([0.0, np.nan, 1.0, 2.0, 3.0]), t)

@@ -452,12 +452,17 @@ _register_flow(
             fixed=dict(SMOKE, chain="perturbed"),
         ),
         "book": Scale(
-            axes={"delta": (0.0, 0.01, 0.02, 0.04, 0.08), "seed": (0,)},
+            # six δ with an escape and a halfway time inside t_end (0.02 … 0.08): enough
+            # to tell a power law of the delay from a steepening one
+            axes={
+                "delta": (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08),
+                "seed": (0,),
+            },
             fixed=dict(chain="perturbed", m=8, n_models=4, t_end=2e4),
         ),
         "paper": Scale(
             axes={
-                "delta": (0.0, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08),
+                "delta": (0.0, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08),
                 "seed": tuple(range(0, 400, 100)),
             },
             fixed=dict(

@@ -29,6 +29,7 @@ from ..validation import as_tensor
 
 __all__ = [
     "first_time_below",
+    "largest_rise",
     "attention_mass_by_type",
     "singular_values",
     "stable_rank",
@@ -460,3 +461,48 @@ def first_time_below(curves, times, level) -> np.ndarray:
         raise ValueError(f"level must be finite, got {level!r}")
     below = y < level
     return np.where(below.any(0), t[below.argmax(0)], t[-1])
+
+
+def largest_rise(curves, times, *, after=-np.inf) -> dict[str, np.ndarray]:
+    r"""The largest rise of each curve above its own running minimum, counted from ``after``.
+
+    A dilution shows as a rise of the attention entropy after a fall; this finds the largest
+    such rise, :math:`\max_{a \le b}\,[y(t_b) - y(t_a)]` over records with
+    :math:`t_a, t_b \ge` ``after``. ``curves`` is ``(time, ...)`` (one column per model),
+    ``times`` the 1-D grid, ``after`` a number or an array of the trailing shape (e.g. each
+    model's escape time; ``nan`` means the event never came, and gives a ``nan`` result).
+    Returns ``rise``, ``t_low`` (where the rise starts) and ``t_high`` (where it peaks), each
+    of the trailing shape. A curve that only falls has rise 0.
+    """
+    y = np.asarray(curves, float)
+    t = np.asarray(times, float)
+    if t.ndim != 1 or y.ndim < 1 or y.shape[0] != t.shape[0]:
+        raise ValueError(
+            f"curves must be (time, ...) with {t.shape[0] if t.ndim == 1 else '?'} rows and "
+            f"times 1-D; got shapes {y.shape} and {t.shape}"
+        )
+    if not np.all(np.isfinite(y)):
+        raise ValueError(
+            "curves must be finite (a diverged run has no entropy to compare)"
+        )
+    start = np.broadcast_to(np.asarray(after, float), y.shape[1:])
+    before = t.reshape((-1,) + (1,) * (y.ndim - 1)) < start  # records not counted
+    y_low = np.where(before, np.inf, y)
+    running_min = np.minimum.accumulate(y_low, axis=0)
+    gain = np.where(before, -np.inf, y - running_min)
+    high = np.argmax(gain, axis=0)
+    rise = np.take_along_axis(gain, high[None], 0)[0]
+    low = np.argmax(
+        np.where(
+            np.arange(len(t)).reshape(before.shape[:1] + (1,) * (y.ndim - 1)) <= high,
+            -y_low,
+            -np.inf,
+        ),
+        axis=0,
+    )
+    never = ~np.isfinite(start) | ~np.isfinite(rise)
+    return {
+        "rise": np.where(never, np.nan, np.maximum(rise, 0.0)),
+        "t_low": np.where(never, np.nan, t[low]),
+        "t_high": np.where(never, np.nan, t[high]),
+    }
