@@ -675,6 +675,44 @@ register(
 )
 
 
+# Why does SGD leave the rank-one plateau before GD? Two candidates: the sampling noise (it
+# shrinks like N^-1/2 with the windows per step) and the finite context (the loss of s-token
+# windows differs from the population loss by O(1/s) at fixed weights). One sweep each.
+for _name, _axis, _values, _fixed in (
+    ("focus-escape-noise", "n_windows", (256, 2048), dict(context=64)),
+    ("focus-escape-context", "context", (32, 64, 128, 256), dict(n_windows=256)),
+):
+    register(
+        Experiment(
+            name=_name,
+            part="I",
+            description="SGD and Adam through stage IV (δ = 0.04) over the "
+            + (
+                "windows per step N (the sampling noise)"
+                if _axis == "n_windows"
+                else "context length s (the finite-context bias)"
+            )
+            + ", against full-batch GD / Adam on the population loss",
+            function=sample_ensemble,
+            config=SampleConfig,
+            dims=SAMPLE_DIMS,
+            recheck=SAMPLE_IV_RECHECK,
+            note="same computation as focus-sample-iv at other N or s; escape time = stage "
+            "IV_escape (σ₂(W0) > 0.1)",
+            scales={
+                "smoke": Scale(
+                    axes={"optimizer": ("sgd",), _axis: _values[:2]},
+                    fixed=dict(m=4, n_models=2, n_steps=40, n_records=20, eps=1e-2),
+                ),
+                "book": Scale(
+                    axes={"optimizer": ("sgd", "adam"), _axis: _values},
+                    fixed=dict(_fixed, n_steps=12000),
+                ),
+            },
+        )
+    )
+
+
 @dataclass(frozen=True)
 class ZipfConfig:
     """Full-batch GD on the population loss of a lazy chain with a Zipf(``zipf_s``) law over a
