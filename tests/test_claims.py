@@ -52,6 +52,24 @@ def test_samples_give_a_student_t_interval(tmp_path):
     assert c.margin == pytest.approx((0.5 - abs(x.mean() - 2.0) - half) / effect)
 
 
+def test_runs_meeting_counts_single_samples_against_the_criterion(tmp_path):
+    led = Ledger("foundations/attention-maps", directory=tmp_path)
+    low = dict(BOUND, null=0.0)
+    # a mean well above the bound, with two single runs below it
+    x = np.array([2.0, 2.1, 1.9, 2.05, 0.9, 2.2, 1.95, 0.95, 2.1, 2.0, 2.05, 1.98])
+    c = led.check("r.lower", "above 0.5 on average", samples=x, lower=0.5, **low)
+    assert c.runs_meeting() == (12, 12)
+    c = led.check("r.lower1", "above 1 on average", samples=x, lower=1.0, **low)
+    assert c.runs_meeting() == (10, 12) and c.runs_text().startswith("10 of 12")
+    c = led.check(
+        "r.band", "near 2", samples=x, expected=2.0, atol=1.5, upper=2.15, **low
+    )
+    assert c.runs_meeting() == (11, 12)  # 2.2 is above the upper bound
+    one = led.check("r.one", "one number", 3.0, lower=1.0, **low)
+    assert one.runs_meeting() is None and one.runs_text() == ""
+    assert "10 of 12 runs" in led.claims[1]._repr_html_()
+
+
 def test_noise_never_helps_a_claim_pass(tmp_path):
     # five samples with sd 5 around 0.37: the interval is wider than any sensible tolerance,
     # so neither 0.37 nor 0 is "confirmed" (the old overlap rule confirmed both)

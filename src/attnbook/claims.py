@@ -265,6 +265,28 @@ class Claim:
         lo, hi = self.interval
         return f"{_fmt(self.measured)} [{_fmt(lo)}, {_fmt(hi)}] (n = {self.n})"
 
+    def runs_meeting(self) -> tuple[int, int] | None:
+        """``(k, n)``: how many of a claim's samples meet its criterion one by one (``None``
+        for a claim on one number). The claim itself is judged on the interval of the mean;
+        this says how many single runs show the effect as well."""
+        if not self.samples or self.n < 2:
+            return None
+        v = np.asarray(self.samples, float)
+        ok = np.isfinite(v)
+        if self.expected is not None:
+            tol = (self.atol or 0.0) + (self.rtol or 0.0) * abs(self.expected)
+            ok &= np.abs(v - self.expected) <= tol
+        if self.lower is not None:
+            ok &= v >= self.lower
+        if self.upper is not None:
+            ok &= v <= self.upper
+        return int(ok.sum()), int(v.size)
+
+    def runs_text(self) -> str:
+        """``7 of 8 runs meet it one by one`` for a claim on samples, else ``""``."""
+        runs = self.runs_meeting()
+        return "" if runs is None else f"{runs[0]} of {runs[1]} runs meet it one by one"
+
     def margin_text(self) -> str:
         if self.margin is None:
             return "n/a"
@@ -290,7 +312,13 @@ class Claim:
             f"{html.escape(self.criterion())}, null {html.escape(self.null_text())}, "
             f"margin {html.escape(self.margin_text())}, discrimination "
             f"{html.escape(self.discrimination_text())} "
-            f"<i>[{html.escape(self.kind)} · {html.escape(self.source)}]</i>{note}"
+            f"<i>[{html.escape(self.kind)} · {html.escape(self.source)}]</i>"
+            + (
+                f"<br><small>{html.escape(self.runs_text())}</small>"
+                if self.runs_text()
+                else ""
+            )
+            + f"{note}"
             f"{refused}</div>"
         )
 
@@ -910,8 +938,13 @@ def ledger_table_html(
                 f'<tr id="{claim_anchor(rec["chapter"], claim.id)}">'
                 f"<td {cell}><code>{html.escape(claim.id)}</code><br>"
                 f"{html.escape(claim.statement)}{note}</td>"
-                f"<td {cell}>{html.escape(claim.measured_text())}</td>"
-                f"<td {cell}>{html.escape(claim.criterion())}</td>"
+                f"<td {cell}>{html.escape(claim.measured_text())}"
+                + (
+                    f"<br><small>{html.escape(claim.runs_text())}</small>"
+                    if claim.runs_text()
+                    else ""
+                )
+                + f"</td><td {cell}>{html.escape(claim.criterion())}</td>"
                 f"<td {cell}>{html.escape(claim.null_text())}</td>"
                 f"<td {cell}>{html.escape(claim.margin_text())}</td>"
                 f"<td {cell}>{html.escape(claim.discrimination_text())}</td>"

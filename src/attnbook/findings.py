@@ -19,7 +19,8 @@ filled in from the ledger records of the same build, through placeholders that n
 
 A placeholder is ``{claim-id}`` (the measured value, with its interval and n for a random
 quantity) or ``{claim-id|field}`` with field ``value``, ``expected``, ``interval``, ``n``,
-``criterion`` or ``null``. :func:`findings_table_html` refuses (``ValueError``) a placeholder or
+``criterion``, ``null`` or ``runs`` (how many single runs of a claim on samples meet its
+criterion: the claim is judged on the interval of the mean). :func:`findings_table_html` refuses (``ValueError``) a placeholder or
 a claim id that the records do not hold, and (:class:`~attnbook.claims.ClaimFailed`) a row that
 rests on a failed claim: a findings page cannot state a result its own build contradicts.
 """
@@ -50,7 +51,7 @@ __all__ = [
 VERDICTS = ("reproduced", "reproduced with caveat", "differs", "not tested")
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.\-]+)(?:\|(\w+))?\}")
-_FIELDS = ("value", "expected", "interval", "n", "criterion", "null")
+_FIELDS = ("value", "expected", "interval", "n", "criterion", "null", "runs")
 
 
 def _text(value, name: str) -> str:
@@ -130,6 +131,11 @@ def _field(claim: Claim, name: str | None) -> str:
         return claim.criterion()
     if name == "null":
         return claim.null_text() or "none"
+    if name == "runs":
+        runs = claim.runs_meeting()
+        if runs is None:
+            raise ValueError(f"claim {claim.id!r} has no runs to count (one number)")
+        return f"{runs[0]} of {runs[1]}"
     raise ValueError(f"placeholder field must be one of {_FIELDS}, not {name!r}")
 
 
