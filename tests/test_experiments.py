@@ -317,8 +317,11 @@ def test_archives_are_compact_and_documented():
         for d in (ROOT / "results").iterdir()
         if d.is_dir()
     }
-    # the data archives stay small enough to download in a notebook
-    assert sum(v for k, v in sizes.items() if k != "ledger-seeds") < 5e6
+    data = {k: v for k, v in sizes.items() if k != "ledger-seeds"}
+    # a notebook downloads each archive it reads on its own: a few seconds on Colab
+    assert max(data.values()) < 2.5e6, data
+    # and all of them together keep a clone of the book light
+    assert sum(data.values()) < 1e7, data
     # the sweep of the chapters is a record, not data: ≈ 15 kB per chapter and seed (the
     # claims' values and the provenance with the sources' hashes), 400 points at 20 seeds
     assert sizes.get("ledger-seeds", 0) < 8e6
