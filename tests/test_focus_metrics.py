@@ -183,9 +183,7 @@ def test_largest_rise_matches_brute_force_and_respects_after():
     out = metrics.largest_rise(y, t, after=after)
     for c, a in enumerate(after):
         first = int(np.searchsorted(t, a))
-        best = max(
-            y[j, c] - y[i, c] for i in range(first, 40) for j in range(i, 40)
-        )
+        best = max(y[j, c] - y[i, c] for i in range(first, 40) for j in range(i, 40))
         assert out["rise"][c] == pytest.approx(best, abs=1e-12)
         i_lo = int(np.searchsorted(t, out["t_low"][c]))
         i_hi = int(np.searchsorted(t, out["t_high"][c]))
@@ -197,7 +195,9 @@ def test_largest_rise_falling_curve_nan_start_and_bad_input():
     falling = np.array([[4.0, 1.0], [3.0, 1.0], [2.0, 1.0], [1.0, 1.0], [0.0, 1.0]])
     out = metrics.largest_rise(falling, t, after=[1.0, np.nan])
     assert out["rise"][0] == 0.0  # only falls: no dilution
-    assert np.isnan(out["rise"][1]) and np.isnan(out["t_high"][1])  # no escape, no answer
+    assert np.isnan(out["rise"][1]) and np.isnan(
+        out["t_high"][1]
+    )  # no escape, no answer
     with pytest.raises(ValueError, match="curves"):
         metrics.largest_rise(falling[:3], t)
     with pytest.raises(ValueError, match="finite"):
