@@ -177,3 +177,23 @@ def test_ledger_seeds_is_registered_over_the_books_chapters():
     assert book.axes["seed"] == L.SWEEP_SEEDS and len(L.SWEEP_SEEDS) >= 20
     assert not {0, 1, 2} & set(L.SWEEP_SEEDS)  # the seeds make test and test-seeds run
     assert exp.inputs is not None and exp.recheck is not None
+
+
+def test_verify_rechecks_only_points_whose_inputs_are_current(tmp_path, monkeypatch):
+    """A stale point ran other code than today's, so verify must not pick it; with every
+    point stale there is nothing to re-check and verify says so."""
+    from distributed import LocalCluster
+
+    from attnbook.experiments import verify
+
+    state, out = _two_input_files(tmp_path, monkeypatch)
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as c:
+        E.run(NAME, "smoke", out, scheduler=c.scheduler_address, progress=False)
+    assert sorted(p["index"][0] for p in verify.quick_points(out)) == [0, 1]
+    _FILES[1].write_text("10")  # point x = 1 is stale now
+    assert [p["index"][0] for p in verify.quick_points(out)] == [1]
+    for commit in ("0" * 40, "1" * 40, "2" * 40):  # whatever the commit picks
+        assert verify.choose_point(out, commit=commit)[0]["index"] == [1]
+    _FILES[2].write_text("20")
+    with pytest.raises(ValueError, match="every point is stale"):
+        verify.quick_points(out)

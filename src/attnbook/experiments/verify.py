@@ -136,15 +136,43 @@ def _metas(directory, man: dict) -> dict[str, dict]:
     return {p["hash"]: read_point_meta(directory, p["hash"]) for p in man["points"]}
 
 
+def _current(directory, man: dict, metas: dict[str, dict]) -> list[dict]:
+    """The manifest's points that today's sources would reproduce: all of them, except for an
+    experiment that records its inputs (``Experiment.inputs``, e.g. ``ledger-seeds``), where a
+    point whose recorded inputs differ from the files now is stale and left out (re-running
+    it runs other code, so it could not agree with the archive)."""
+    from . import get
+    from .runner import _config
+
+    exp = get(man["experiment"])
+    if exp.inputs is None:
+        return list(man["points"])
+    return [
+        p
+        for p in man["points"]
+        if (metas[p["hash"]].get("inputs") or {})
+        == exp.inputs(exp.config(**_config(p["config"])))
+    ]
+
+
 def quick_points(directory, *, limit_s: float = QUICK_S) -> list[dict]:
-    """The manifest points short enough to re-run: archived ``wall_s`` at most ``limit_s`` and
-    at most twice the quickest point's plus 1 s (so a test stays fast), else the quickest
-    one (whose re-run the spec may shorten: its set-up still grows with the point's size)."""
+    """The current manifest points (:func:`_current`) short enough to re-run: archived
+    ``wall_s`` at most ``limit_s`` and at most twice the quickest point's plus 1 s (so a test
+    stays fast), else the quickest one (whose re-run the spec may shorten: its set-up still
+    grows with the point's size). Raises ``ValueError`` when every point is stale."""
     man = read_manifest(directory)
-    wall = {h: float(m.get("wall_s", 0.0)) for h, m in _metas(directory, man).items()}
+    metas = _metas(directory, man)
+    points = _current(directory, man, metas)
+    if not points:
+        raise ValueError(
+            f"{directory}: every point is stale (its sources changed since it was made), so "
+            f"none can be re-checked; re-run some with `attnbook run {man['experiment']} "
+            "--only ...` (it resumes)"
+        )
+    wall = {p["hash"]: float(metas[p["hash"]].get("wall_s", 0.0)) for p in points}
     limit = min(limit_s, 2 * min(wall.values()) + 1.0)
-    quick = [p for p in man["points"] if wall[p["hash"]] <= limit]
-    return quick or [min(man["points"], key=lambda p: wall[p["hash"]])]
+    quick = [p for p in points if wall[p["hash"]] <= limit]
+    return quick or [min(points, key=lambda p: wall[p["hash"]])]
 
 
 def choose_point(directory, *, commit: str | None = None) -> tuple[dict, int, int]:
