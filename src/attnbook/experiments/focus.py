@@ -785,8 +785,11 @@ register(
         "length d, padded with NaN to the largest d of the sweep by the store",
         scales={
             "smoke": Scale(axes={"d": (3, 4)}, fixed=dict(n_steps=50, n_models=2)),
+            # three seed bases × 4 models, to t = 5000: long enough for d = 64's second
+            # escape (σ₃ passes 0.1 at t ≈ 3000) and the dilution that follows it
             "book": Scale(
-                axes={"d": (8, 16, 32, 64)}, fixed=dict(n_steps=10000, record_every=50)
+                axes={"d": (8, 16, 32, 64), "seed": (0, 100, 200)},
+                fixed=dict(n_steps=25000, record_every=100),
             ),
             "paper": Scale(
                 axes={"d": (8, 16, 32, 64, 128), "seed": (0, 100)},
