@@ -28,7 +28,8 @@ def test_sample_ensemble_adam_and_zipf_gd():
     z = zipf_gd_ensemble(_smoke("focus-zipf-gd", 1))
     d = 4
     assert z["key_mass"].shape[1:] == (2, d)
-    np.testing.assert_allclose(z["key_mass"].sum(-1), 1.0, atol=1e-12)
+    assert z["key_mass"].dtype == np.float32  # stored in single precision (its size)
+    np.testing.assert_allclose(z["key_mass"].sum(-1), 1.0, atol=1e-6)
 
 
 def test_load_archive_finds_results_from_a_subfolder(tmp_path, monkeypatch):

@@ -190,6 +190,25 @@ def test_largest_rise_matches_brute_force_and_respects_after():
         assert first <= i_lo <= i_hi and y[i_hi, c] - y[i_lo, c] == pytest.approx(best)
 
 
+def test_largest_rise_respects_until():
+    rng = np.random.default_rng(11)
+    y = rng.normal(size=(50, 4)).cumsum(0)
+    t = np.linspace(0.0, 49.0, 50)
+    after = np.array([0.0, 5.5, 20.0, 30.0])
+    until = np.array([49.0, 30.0, 20.0, 10.0])  # the last window is empty
+    out = metrics.largest_rise(y, t, after=after, until=until)
+    for c in range(3):
+        lo, hi = (
+            int(np.searchsorted(t, after[c])),
+            int(np.searchsorted(t, until[c], "right")),
+        )
+        best = max(y[j, c] - y[i, c] for i in range(lo, hi) for j in range(i, hi))
+        assert out["rise"][c] == pytest.approx(max(best, 0.0), abs=1e-12)
+        assert after[c] <= out["t_low"][c] <= out["t_high"][c] <= until[c]
+    assert np.isnan(out["rise"][3])
+    assert np.isnan(metrics.largest_rise(y[:, 0], t, until=np.nan)["rise"])
+
+
 def test_largest_rise_falling_curve_nan_start_and_bad_input():
     t = np.arange(5.0)
     falling = np.array([[4.0, 1.0], [3.0, 1.0], [2.0, 1.0], [1.0, 1.0], [0.0, 1.0]])

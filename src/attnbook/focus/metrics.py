@@ -463,14 +463,18 @@ def first_time_below(curves, times, level) -> np.ndarray:
     return np.where(below.any(0), t[below.argmax(0)], t[-1])
 
 
-def largest_rise(curves, times, *, after=-np.inf) -> dict[str, np.ndarray]:
-    r"""The largest rise of each curve above its own running minimum, counted from ``after``.
+def largest_rise(
+    curves, times, *, after=-np.inf, until=np.inf
+) -> dict[str, np.ndarray]:
+    r"""The largest rise of each curve above its own running minimum, between ``after`` and
+    ``until``.
 
     A dilution shows as a rise of the attention entropy after a fall; this finds the largest
     such rise, :math:`\max_{a \le b}\,[y(t_b) - y(t_a)]` over records with
-    :math:`t_a, t_b \ge` ``after``. ``curves`` is ``(time, ...)`` (one column per model),
-    ``times`` the 1-D grid, ``after`` a number or an array of the trailing shape (e.g. each
-    model's escape time; ``nan`` means the event never came, and gives a ``nan`` result).
+    ``after`` :math:`\le t_a, t_b \le` ``until``. ``curves`` is ``(time, ...)`` (one column
+    per model), ``times`` the 1-D grid, ``after`` and ``until`` numbers or arrays of the
+    trailing shape (e.g. each model's escape times, so that one dilution is told from the
+    next; ``nan`` means the event never came, and gives a ``nan`` result).
     Returns ``rise``, ``t_low`` (where the rise starts) and ``t_high`` (where it peaks), each
     of the trailing shape. A curve that only falls has rise 0.
     """
@@ -486,7 +490,9 @@ def largest_rise(curves, times, *, after=-np.inf) -> dict[str, np.ndarray]:
             "curves must be finite (a diverged run has no entropy to compare)"
         )
     start = np.broadcast_to(np.asarray(after, float), y.shape[1:])
-    before = t.reshape((-1,) + (1,) * (y.ndim - 1)) < start  # records not counted
+    stop = np.broadcast_to(np.asarray(until, float), y.shape[1:])
+    t_col = t.reshape((-1,) + (1,) * (y.ndim - 1))
+    before = (t_col < start) | (t_col > stop)  # records not counted
     y_low = np.where(before, np.inf, y)
     running_min = np.minimum.accumulate(y_low, axis=0)
     gain = np.where(before, -np.inf, y - running_min)
@@ -500,7 +506,7 @@ def largest_rise(curves, times, *, after=-np.inf) -> dict[str, np.ndarray]:
         ),
         axis=0,
     )
-    never = ~np.isfinite(start) | ~np.isfinite(rise)
+    never = np.isnan(start) | np.isnan(stop) | ~np.isfinite(rise)
     return {
         "rise": np.where(never, np.nan, np.maximum(rise, 0.0)),
         "t_low": np.where(never, np.nan, t[low]),
