@@ -358,6 +358,31 @@ def test_rules_compare_as_stated():
     assert recheck.Recheck.from_json(json.loads(json.dumps(spec.to_json()))) == spec
 
 
+def test_censored_event_times_compare_by_how_far_the_event_moved():
+    rng = np.random.default_rng(5)
+    t = np.linspace(0.0, 36.0, 401)  # the run's record times: it ends at 36
+    want = rng.uniform(20.0, 30.0, size=(8, 3))  # (model, stage) event times
+    want[[3, 5], 2] = np.nan  # models 3 and 5 end before their last stage
+    late = want.copy()
+    late[[3, 5], 2] = 35.2, 35.9  # elsewhere it comes just before the end
+    early = want.copy()
+    early[:, 2] = rng.uniform(1.0, 3.0, size=8)  # all far earlier: not round-off
+    plain = recheck.ensemble_mean("model", 3.0, reason="8 models")
+    cens = recheck.ensemble_mean("model", 3.0, censor="t", reason="8 models, censored")
+    dims = ("model", "stage")
+    assert "NaN/inf" in recheck.compare(plain, late, want, dims).detail
+    kw = dict(times_got=t, times_want=t)
+    assert recheck.compare(cens, late, want, dims, **kw).ok
+    assert not recheck.compare(cens, early, want, dims, **kw).ok
+    assert "censor" in recheck.compare(cens, late, want, dims).detail  # no times given
+    assert "end of t" in cens.describe()
+    assert recheck.Rule.from_json(cens.to_json()) == cens
+    with pytest.raises(ValueError, match="censor"):
+        recheck.Rule("tolerance", "why", censor="t")
+    with pytest.raises(ValueError, match="censor"):
+        recheck.Recheck({"x": cens})  # names an output the spec does not have
+
+
 def test_verify_bitwise_on_the_same_signature_tolerances_elsewhere(
     tmp_path, cluster, capsys
 ):

@@ -35,7 +35,14 @@ from ..copyhead import (
 )
 from ..device import as_generator
 from . import Experiment, Scale, register
-from .recheck import Recheck, exact, not_compared, tolerance, within_stderr
+from .recheck import (
+    Recheck,
+    ensemble_mean,
+    exact,
+    not_compared,
+    tolerance,
+    within_stderr,
+)
 
 KINDS = ("linear", "softmax")
 
@@ -141,19 +148,30 @@ _D = ("start", "chain")
 # points re-run on 4 numeric paths of an AMD EPYC (AVX-512) — its default, MKL_CBWR=COMPATIBLE,
 # MKL_ENABLE_INSTRUCTIONS=AVX2, and AVX2 everywhere (also ATEN_CPU_CAPABILITY=avx2 and
 # OPENBLAS_CORETYPE=Haswell) — against the archive; each reason quotes the worst difference.
+# On an Intel Xeon (AVX-512 with AMX) one Adam point (linear, L = 16, P = 512) ended 600 steps
+# elsewhere in one of its 8 chains: action +0.026 (2.3e-4 relative), c1 +0.005 (4 %). Adam's
+# end state after a fixed number of steps is not a converged point and amplifies round-off
+# chain by chain, so action, c1 and cG compare the mean over the chains (the data sets, which
+# is what the chapters read) within 3 SE, on top of the round-off floors measured on the AMD.
+_INTEL = "; an Intel Xeon (AMX) moved one Adam chain of 8 by {}: the mean over chains"
 PHASE_RECHECK = Recheck(
     {
-        "action": tolerance(
-            3e-05,
-            0.004,
+        "action": ensemble_mean(
+            "chain",
+            3,
+            rtol=3e-05,
+            atol=0.004,
             reason="round-off; measured worst 2.9e-06 relative, 0.00032 absolute "
-            "(MKL_CBWR=COMPATIBLE, 7 points); 10× that",
+            "(MKL_CBWR=COMPATIBLE, 7 points); 10× that"
+            + _INTEL.format("2.3e-4 relative"),
         ),
-        "c1": tolerance(
-            0.008,
-            0.0009,
+        "c1": ensemble_mean(
+            "chain",
+            3,
+            rtol=0.008,
+            atol=0.0009,
             reason="round-off; measured worst 0.0007 relative, 8.1e-05 absolute "
-            "(MKL_CBWR=COMPATIBLE, 7 points); 10× that",
+            "(MKL_CBWR=COMPATIBLE, 7 points); 10× that" + _INTEL.format("4 %"),
         ),
         "c1_var": tolerance(
             1e-09,
@@ -162,11 +180,13 @@ PHASE_RECHECK = Recheck(
             "(MKL_CBWR=COMPATIBLE, 7 points); atol 10× that, rtol the former "
             "test's 1e-9 (above 10×)",
         ),
-        "cG": tolerance(
-            0.0002,
-            3e-05,
+        "cG": ensemble_mean(
+            "chain",
+            3,
+            rtol=0.0002,
+            atol=3e-05,
             reason="round-off; measured worst 1.6e-05 relative, 2.2e-06 absolute "
-            "(MKL_CBWR=COMPATIBLE, 7 points); 10× that",
+            "(MKL_CBWR=COMPATIBLE, 7 points); 10× that" + _INTEL.format("0.1 %"),
         ),
         "cG_var": tolerance(
             1e-09,

@@ -10,7 +10,10 @@ experiment therefore states, per output, what agreement to demand there (its ``r
   same places;
 * :func:`ensemble_mean` — for random ensembles (float32 training of several models, chains):
   the mean over the ensemble dimension ``dim`` agrees within ``k`` standard errors of the
-  difference, plus ``atol + rtol·|mean|``.
+  difference, plus ``atol + rtol·|mean|``. Event times (a stage's start, an escape) are NaN
+  where a run ended first; with ``censor`` such an entry counts as the run's end, so that an
+  event just before the end on one machine and just after it on another compares by the
+  little it moved instead of failing on where the NaN fell.
 
 Every rule carries a one-line ``reason`` (with the measured difference it was sized from), and
 the spec is written into each new run's manifest. :mod:`attnbook.experiments.verify` applies it.
@@ -50,6 +53,7 @@ class Rule:
     dim: str | None = None
     k: float | None = None
     se: str | None = None
+    censor: str | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -64,6 +68,14 @@ class Rule:
             raise ValueError("dim must name the ensemble dimension of the output")
         if self.kind == "stderr" and (not isinstance(self.se, str) or not self.se):
             raise ValueError("se must name the output holding the standard errors")
+        if self.censor is not None and (
+            self.kind != "ensemble"
+            or not isinstance(self.censor, str)
+            or not self.censor
+        ):
+            raise ValueError(
+                "censor (the output holding the run's times) applies to ensemble rules"
+            )
         if self.kind in ("ensemble", "stderr") and not (
             isinstance(self.k, (int, float)) and self.k > 0
         ):
@@ -75,6 +87,8 @@ class Rule:
             d |= {"rtol": float(self.rtol), "atol": float(self.atol)}
         if self.kind == "ensemble":
             d |= {"dim": self.dim, "k": float(self.k)}
+            if self.censor:
+                d["censor"] = self.censor
         if self.kind == "stderr":
             d |= {"se": self.se, "k": float(self.k)}
         return d
@@ -83,7 +97,7 @@ class Rule:
     def from_json(cls, d: dict) -> Rule:
         if not isinstance(d, dict):
             raise TypeError(f"a rule must be a JSON object, got {type(d).__name__}")
-        keys = ("kind", "reason", "rtol", "atol", "dim", "k", "se")
+        keys = ("kind", "reason", "rtol", "atol", "dim", "k", "se", "censor")
         return cls(**{k: d[k] for k in keys if k in d})
 
     def describe(self) -> str:
@@ -100,7 +114,8 @@ class Rule:
             if self.kind == "ensemble"
             else f"within {self.k:g}·√(old² + new²) of {self.se}"
         )
-        return head + "".join(f" + {p}" for p in parts)
+        tail = f"; NaN counts as the end of {self.censor}" if self.censor else ""
+        return head + "".join(f" + {p}" for p in parts) + tail
 
 
 def exact(*, reason: str) -> Rule:
@@ -114,12 +129,22 @@ def tolerance(rtol: float, atol: float = 0.0, *, reason: str) -> Rule:
 
 
 def ensemble_mean(
-    dim: str, k: float, *, rtol: float = 0.0, atol: float = 0.0, reason: str
+    dim: str,
+    k: float,
+    *,
+    rtol: float = 0.0,
+    atol: float = 0.0,
+    censor: str | None = None,
+    reason: str,
 ) -> Rule:
     """The mean over ``dim`` agrees within ``k`` standard errors of the difference
     (``sqrt(s_new²/n + s_old²/n)``) plus ``atol + rtol·|mean_old|``, at every other index;
-    NaN and ±inf in the same places elementwise (finite entries only are averaged)."""
-    return Rule("ensemble", reason, rtol=rtol, atol=atol, dim=dim, k=k)
+    NaN and ±inf in the same places elementwise (finite entries only are averaged).
+
+    ``censor`` names the output holding the run's times, for event times that are NaN where
+    the run ended before the event: on both sides a NaN is replaced by the largest of those
+    times (the run's end) and every entry is averaged."""
+    return Rule("ensemble", reason, rtol=rtol, atol=atol, dim=dim, k=k, censor=censor)
 
 
 def within_stderr(
@@ -157,6 +182,10 @@ class Recheck:
             if rule.kind == "stderr" and rule.se not in self.outputs:
                 raise ValueError(
                     f"the rule of {name!r} names se={rule.se!r}, no output"
+                )
+            if rule.censor is not None and rule.censor not in self.outputs:
+                raise ValueError(
+                    f"the rule of {name!r} names censor={rule.censor!r}, no output"
                 )
         missing = set(self.shortened_outputs) - set(self.outputs)
         if missing:
@@ -251,14 +280,33 @@ def compare_bitwise(got: np.ndarray, want: np.ndarray) -> Comparison:
 
 
 def compare(
-    rule: Rule, got, want, dims: tuple[str, ...] = (), *, se_got=None, se_want=None
+    rule: Rule,
+    got,
+    want,
+    dims: tuple[str, ...] = (),
+    *,
+    se_got=None,
+    se_want=None,
+    times_got=None,
+    times_want=None,
 ) -> Comparison:
     """Compare a re-computed output ``got`` with the archived ``want`` under ``rule``.
 
     ``dims`` names the output's dimensions (needed by :func:`ensemble_mean`); ``se_got`` and
-    ``se_want`` are the standard errors of :func:`within_stderr` (its ``se`` output).
+    ``se_want`` are the standard errors of :func:`within_stderr` (its ``se`` output),
+    ``times_got`` and ``times_want`` the times of an ensemble rule's ``censor`` output.
     """
     got, want = np.asarray(got), np.asarray(want)
+    if rule.censor and rule.kind == "ensemble" and got.shape == want.shape:
+        if times_got is None or times_want is None:
+            return Comparison(
+                False, detail=f"no {rule.censor!r} to censor the events at"
+            )
+        ends = [np.nanmax(np.asarray(x, float)) for x in (times_got, times_want)]
+        got, want = (
+            np.where(np.isnan(x.astype(np.float64)), end, x.astype(np.float64))
+            for x, end in zip((got, want), ends)
+        )
     if rule.kind == "skip":
         return Comparison(True, detail="not compared")
     if msg := _same_shape(got, want):

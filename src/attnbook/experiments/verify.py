@@ -342,6 +342,8 @@ def verify_point(
                 dims,
                 se_got=got.get(r.se) if r.se else None,
                 se_want=want.get(r.se) if r.se else None,
+                times_got=got.get(r.censor) if r.censor else None,
+                times_want=want.get(r.censor) if r.censor else None,
             )
             rule, reason = r.describe(), r.reason
         check.outputs.append(
