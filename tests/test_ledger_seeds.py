@@ -197,3 +197,15 @@ def test_verify_rechecks_only_points_whose_inputs_are_current(tmp_path, monkeypa
     _FILES[2].write_text("20")
     with pytest.raises(ValueError, match="every point is stale"):
         verify.quick_points(out)
+
+
+def test_the_archived_sweeps_readme_is_written_from_the_archive():
+    from tools import ledger_seeds_readme
+
+    archive = Path(__file__).resolve().parents[1] / "results" / "ledger-seeds"
+    text = ledger_seeds_readme.readme(archive)
+    summary = L.sweep_summary(archive)
+    held = sum(c["passed"] == c["n"] for c in summary["claims"].values())
+    assert f"{held}/{len(summary['claims'])} claims" in text
+    # the committed README is what the tool writes (rerun it after every sweep)
+    assert (archive / "README.md").read_text() == text
