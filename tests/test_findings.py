@@ -13,7 +13,9 @@ from attnbook.findings import (
     fill,
     findings_table_html,
     load_findings,
+    load_part,
     robustness,
+    robustness_markdown,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,6 +150,32 @@ def test_robustness_reads_the_sweep():
     sweep = {"claims": {(CHAPTER, "x.rate"): {"passed": 19, "n": 20}}}
     rows = robustness([_row(), _row(claims=("x.new",), measured="-")], sweep)
     assert rows == [("x.rate", CHAPTER, 19, 20), ("x.new", "", None, None)]
+
+
+def test_robustness_markdown_is_one_row_per_claim():
+    sweep = {"claims": {(CHAPTER, "x.rate"): {"passed": 19, "n": 20}}}
+    text = robustness_markdown([_row(), _row(claims=("x.new",), measured="-")], sweep)
+    lines = text.splitlines()
+    assert lines[2] == f"| `x.rate` | {CHAPTER} | 19/20 |"
+    assert lines[3] == "| `x.new` | — | not swept yet |" and len(lines) == 4
+
+
+def test_load_part_keeps_the_parts_own_records(tmp_path):
+    for chapter, cid in (("copyhead/copy-task", "x.one"), ("focus/focus", "y.one")):
+        ledger = Ledger(chapter, title="a chapter", directory=tmp_path, seed=0)
+        ledger.check(
+            cid, "a rate", 0.5012, expected=0.5, rtol=0.01, null=0.0,
+            kind="experiment", source="derived", note="integrator error",
+        )  # fmt: skip
+    part = load_part("copyhead", records=load_records(tmp_path))
+    assert part.page.rows
+    assert {r["chapter"] for r in part.records} == {"copyhead/copy-task"}
+    assert set(part.by_id) == {"x.one"}
+    for bad in ("../focus", "Focus", ""):
+        with pytest.raises(ValueError, match="part"):
+            load_part(bad, records=[])
+    with pytest.raises(ValueError, match="no findings file"):
+        load_part("foundations", records=[])
 
 
 @pytest.mark.parametrize(

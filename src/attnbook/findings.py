@@ -45,6 +45,9 @@ __all__ = [
     "robustness",
     "FindingsPage",
     "load_findings",
+    "PartFindings",
+    "load_part",
+    "robustness_markdown",
 ]
 
 #: The four verdicts a row may carry, and nothing else.
@@ -264,3 +267,45 @@ def load_findings(path: str | os.PathLike) -> FindingsPage:
             raise type(exc)(f"{path}, row {i + 1}: {exc}") from None
     own = tuple(_text(t, f"own[{i}]") for i, t in enumerate(data.get("own") or []))
     return FindingsPage(tuple(rows), own)
+
+
+@dataclass(frozen=True)
+class PartFindings:
+    """What a part's findings page shows: its rows (``page``), the ledger records of the part's
+    chapters in this build (``records``) and those claims by id (``by_id``)."""
+
+    page: FindingsPage
+    records: list
+    by_id: dict
+
+
+def load_part(part: str, *, records: list[dict] | None = None) -> PartFindings:
+    """The findings of ``part`` (``"focus"``, ``"copyhead"``, ``"pde"``): the rows of
+    ``book/<part>/findings.yml`` and the ledger records that the part's chapters wrote in this
+    build (``records`` defaults to :func:`attnbook.claims.load_records`)."""
+    from . import claims
+
+    if not isinstance(part, str) or not re.fullmatch(r"[a-z][a-z0-9_-]*", part):
+        raise ValueError(
+            f"part must name a folder of book/, e.g. 'focus', not {part!r}"
+        )
+    root = claims.find_book_root()
+    if root is None:
+        raise ValueError("no book checkout found above the working directory")
+    path = root / "book" / part / "findings.yml"
+    if not path.is_file():
+        raise ValueError(f"part: {part!r} has no findings file ({path})")
+    page = load_findings(path)
+    records = claims.load_records() if records is None else records
+    mine = [r for r in records if r["chapter"].startswith(f"{part}/")]
+    return PartFindings(page, mine, claims_by_id(mine))
+
+
+def robustness_markdown(findings, sweep: dict) -> str:
+    """The "How robust" table of a findings page: per claim its chapter and k/n seeds of the
+    ``ledger-seeds`` sweep (:func:`robustness`), as Markdown."""
+    lines = ["| claim | chapter | seeds |", "| --- | --- | --- |"]
+    for cid, chapter, k, n in robustness(findings, sweep):
+        held = f"{k}/{n}" if n else "not swept yet"
+        lines.append(f"| `{cid}` | {chapter or '—'} | {held} |")
+    return "\n".join(lines)
