@@ -234,8 +234,8 @@ def softmax_critical_length(**hyper) -> int:
 
     Below :math:`L_c` the unstructured and the copy minimum are one minimum that moves
     continuously with ``P`` (a critical end point): there is no first-order transition, no
-    coexistence window and no :math:`P^\star`. 20 for ``V = 4`` and 21 for ``V = 8``
-    (unit hyper-parameters). Found by doubling then bisection in ``L``; cached. ``hyper``:
+    coexistence window and no :math:`P^\star`. 19 for ``V = 4`` and 21 for ``V = 8``
+    (unit hyper-parameters; a unit test checks both). Found by doubling then bisection in ``L``; cached. ``hyper``:
     ``vocab_size`` (required), ``kappa``, ``sigma_w``, ``sigma_g``.
     """
     hp = _hyper("softmax_critical_length", hyper, required=("vocab_size",))
