@@ -15,7 +15,7 @@ from attnbook.findings import (
     load_findings,
     load_part,
     robustness,
-    robustness_markdown,
+    robustness_table_html,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,12 +152,14 @@ def test_robustness_reads_the_sweep():
     assert rows == [("x.rate", CHAPTER, 19, 20), ("x.new", "", None, None)]
 
 
-def test_robustness_markdown_is_one_row_per_claim():
+def test_robustness_table_is_one_html_row_per_claim():
     sweep = {"claims": {(CHAPTER, "x.rate"): {"passed": 19, "n": 20}}}
-    text = robustness_markdown([_row(), _row(claims=("x.new",), measured="-")], sweep)
-    lines = text.splitlines()
-    assert lines[2] == f"| `x.rate` | {CHAPTER} | 19/20 |"
-    assert lines[3] == "| `x.new` | — | not swept yet |" and len(lines) == 4
+    text = robustness_table_html([_row(), _row(claims=("x.new",), measured="-")], sweep)
+    assert text.startswith("<table") and text.count("<tr>") == 3  # head + 2 claims
+    assert (
+        "<code>x.rate</code>" in text and f"{CHAPTER}</td>" in text and "19/20" in text
+    )
+    assert "<code>x.new</code>" in text and "not swept yet" in text
 
 
 def test_load_part_keeps_the_parts_own_records(tmp_path):

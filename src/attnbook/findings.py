@@ -47,7 +47,7 @@ __all__ = [
     "load_findings",
     "PartFindings",
     "load_part",
-    "robustness_markdown",
+    "robustness_table_html",
 ]
 
 #: The four verdicts a row may carry, and nothing else.
@@ -301,11 +301,22 @@ def load_part(part: str, *, records: list[dict] | None = None) -> PartFindings:
     return PartFindings(page, mine, claims_by_id(mine))
 
 
-def robustness_markdown(findings, sweep: dict) -> str:
+def robustness_table_html(findings, sweep: dict) -> str:
     """The "How robust" table of a findings page: per claim its chapter and k/n seeds of the
-    ``ledger-seeds`` sweep (:func:`robustness`), as Markdown."""
-    lines = ["| claim | chapter | seeds |", "| --- | --- | --- |"]
+    ``ledger-seeds`` sweep (:func:`robustness`), as HTML (a notebook's Markdown output is
+    rendered as CommonMark, which has no tables)."""
+    cell = 'style="padding:2px 8px"'
+    rows = []
     for cid, chapter, k, n in robustness(findings, sweep):
         held = f"{k}/{n}" if n else "not swept yet"
-        lines.append(f"| `{cid}` | {chapter or '—'} | {held} |")
-    return "\n".join(lines)
+        rows.append(
+            f"<tr><td {cell}><code>{html.escape(cid)}</code></td>"
+            f"<td {cell}>{html.escape(chapter or '—')}</td><td {cell}>{held}</td></tr>"
+        )
+    head = f"<tr><th {cell}>claim</th><th {cell}>chapter</th><th {cell}>seeds</th></tr>"
+    return (
+        '<table class="attnbook-robustness" style="font-size:0.85em">'
+        + head
+        + "".join(rows)
+        + "</table>"
+    )
