@@ -231,6 +231,8 @@ def test_html_hygiene_finds_warnings_tracebacks_and_paths():
     assert "traceback" in html_hygiene.check_page(err, "e", paths)[0]
     assert "build machine" in html_hygiene.check_page(path, "p", paths)[0]
     assert "/home/alice" in html_hygiene.check_page(home, "h", paths)[0]
+    table = _PAGE.format(out="| claim | seeds |\n| — | — |\n| x | 20/20 |", text="")
+    assert "unrendered Markdown table" in html_hygiene.check_page(table, "m", paths)[0]
     # a URL is not a path of the machine
     url = _PAGE.format(out="1", text="https://example.org/home/alice/x")
     assert html_hygiene.check_page(url, "u", paths) == []

@@ -1,5 +1,6 @@
-"""Clean outputs in the built HTML book: no warning or traceback in a cell's output, and no
-absolute path of the build machine anywhere in a page.
+"""Clean outputs in the built HTML book: no warning or traceback in a cell's output, no
+Markdown table left unrendered in one, and no absolute path of the build machine anywhere in
+a page.
 
 ``check_pages(build_dir, root)`` returns a list of problems; the built-HTML checker calls it.
 Run alone as ``python -m tools.html_hygiene _build/html``.
@@ -25,6 +26,9 @@ _GENERIC_PATH = re.compile(
     r"(?<![\w:/.])/(?:home|Users|root|tmp|private/var|var/folders)/[\w.-]+"
 )
 _ERROR_CLASSES = ("traceback", "output_error")
+# a Markdown table's rule row as text: myst-nb renders a cell's Markdown output as CommonMark,
+# which has no tables, so "| --- |" (or its typographer dashes "| — |") shows up raw
+_RAW_TABLE = re.compile(r"\|\s*(?:-{3,}|[—–])\s*\|")
 
 
 def machine_paths(root: Path | None = None) -> list[str]:
@@ -77,7 +81,11 @@ def check_page(html: str, name: str, paths: list[str]) -> list[str]:
     for cls in sorted(set(flagged)):
         problems.append(f"{name}: an output is marked {cls!r} (an error)")
     for text in texts:
-        for pattern, what in ((_WARNING, "warning"), (_TRACEBACK, "traceback")):
+        for pattern, what in (
+            (_WARNING, "warning"),
+            (_TRACEBACK, "traceback"),
+            (_RAW_TABLE, "an unrendered Markdown table"),
+        ):
             m = pattern.search(text)
             if m:
                 line = text[max(0, m.start() - 60) : m.end() + 60].strip()
