@@ -113,3 +113,69 @@ def test_bad_arguments(kwargs, err, match):
     t = args.pop("t")
     with pytest.raises(err, match=match):
         odeint(_lotka, Y0, t, **args)
+
+
+@pytest.mark.parametrize("method", ["bdf", "radau", "lsoda"])
+def test_stiff_methods_match_the_closed_form_of_a_stiff_system(method):
+    # y' = -diag(1e4, 1) (y - cos t·1) has time scales 1e-4 and 1: its closed form is the
+    # solution of two scalar linear ODEs
+    rates = torch.tensor([1e4, 1.0], dtype=torch.float64)
+
+    def f(t, y):
+        return -rates * (y - np.cos(t))
+
+    t = np.array([0.0, 0.5, 1.0, 3.0])
+    y0 = torch.tensor([[1.0, 2.0], [0.0, -1.0]], dtype=torch.float64)
+    calls = []
+
+    def counted(t_, y):
+        calls.append(1)
+        return f(t_, y)
+
+    out = odeint(counted, y0, t, method=method, rtol=1e-9, atol=1e-12)
+    assert out.shape == (len(t), *y0.shape) and out.dtype == y0.dtype
+
+    def exact(k, c0, tt):  # y' = -k (y - cos t)
+        return (
+            (c0 - k**2 / (k**2 + 1)) * np.exp(-k * tt)
+            + k**2 / (k**2 + 1) * np.cos(tt)
+            + k / (k**2 + 1) * np.sin(tt)
+        )
+
+    for b in range(2):
+        for j, k in enumerate(rates.numpy()):
+            np.testing.assert_allclose(
+                out[:, b, j].numpy(), exact(k, y0[b, j].item(), t), rtol=1e-6, atol=1e-8
+            )
+    # the point of a stiff method: an explicit one pays for the fast scale all the way
+    n_stiff, calls[:] = len(calls), []
+    odeint(counted, y0, t, method="dopri5", rtol=1e-9, atol=1e-12)
+    assert n_stiff < len(calls) / 5
+
+
+@pytest.mark.parametrize("method", ["bdf", "radau", "lsoda"])
+def test_stiff_methods_share_the_blowup_convention(method):
+    t = np.linspace(0, 2, 21)
+    with pytest.raises(BlowUpError) as info:
+        odeint(
+            lambda _t, y: y * y, torch.ones(1, dtype=torch.float64), t, method=method
+        )
+    err = info.value
+    assert 0.99 < err.time <= 1.0 + 1e-3  # y = 1/(1 - t) reaches 1e8 at 1 - 1e-8
+    assert err.partial.shape == (len(err.times), 1)
+    early = err.times.numpy() < 0.9
+    np.testing.assert_allclose(
+        err.partial[early, 0].numpy(), 1 / (1 - t[: len(err.times)][early]), rtol=1e-4
+    )
+
+
+def test_stiff_bad_arguments():
+    y0 = torch.ones(2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="method"):
+        flows.odeint_stiff(lambda t, y: -y, y0, [0.0, 1.0], method="euler")
+    with pytest.raises(ValueError, match="jac_sparsity"):
+        flows.odeint_stiff(
+            lambda t, y: -y, y0, [0.0, 1.0], method="lsoda", jac_sparsity=np.eye(2)
+        )
+    with pytest.raises(ValueError, match="max_abs"):
+        flows.odeint_stiff(lambda t, y: -y, y0, [0.0, 1.0], max_abs=-1.0)

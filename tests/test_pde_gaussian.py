@@ -248,6 +248,24 @@ def test_covariance_flow_batch_matches_single_and_predicts_rank():
     assert np.all(ranks == math.ceil(d / 2)) and not fl.exploded.any()
 
 
+@pytest.mark.parametrize("method", ["dopri5", "bdf", "radau", "lsoda"])
+def test_covariance_flow_methods_match_the_v_identity_closed_form(method):
+    # V = I: Σ(t) = (Σ₀⁻¹ − t(A + Aᵀ))⁻¹ (prop-v-identity), for a batch of independent draws
+    d, B = 3, 4
+    rng = np.random.default_rng(11)
+    S0 = np.stack([_spd(d, rng) for _ in range(B)])
+    G, W = rng.normal(size=(2, B, d, d))
+    A = -G @ G.transpose(0, 2, 1) + (W - W.transpose(0, 2, 1))  # A + Aᵀ ⪯ 0, skew part
+    t = np.array([0.0, 0.3, 3.0, 30.0])
+    fl = covariance_flow(S0, t, A=A, method=method, rtol=1e-10, atol=1e-13)
+    exact = np.linalg.inv(
+        np.linalg.inv(S0)[None] - t[:, None, None, None] * (A + A.transpose(0, 2, 1))
+    )
+    np.testing.assert_allclose(fl.cov, exact, rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="method"):
+        covariance_flow(S0, t, A=A, method="rk4")
+
+
 def test_covariance_flow_flags_explosions():
     S0 = np.stack([np.eye(2) * 0.5, np.eye(2) * 0.5])
     A = np.stack([np.eye(2), -np.eye(2)])

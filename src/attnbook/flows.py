@@ -7,6 +7,9 @@ seeds — never a Python loop over them):
   between two requested output times it takes ``ceil(Δt / step)`` equal steps.
 * :func:`odeint_dopri5` — Dormand–Prince 5(4) with adaptive steps (the method of
   ``scipy.integrate.solve_ivp(method="RK45")``), error norm taken over the whole batch.
+* :func:`odeint_stiff` — SciPy's implicit methods (BDF, Radau) and LSODA, for flows whose
+  time scales separate (a covariance decaying like 1/t beside modes of rate 1): an explicit
+  method's step is then capped by the fast modes long after they have died out.
 
 **One blow-up convention.** Both stop as soon as the state stops being finite, its largest
 entry exceeds ``max_abs``, or (DOPRI5) the step size underflows, and raise
@@ -38,7 +41,19 @@ from .validation import (
     check_positive_int,
 )
 
-__all__ = ["BlowUpError", "check_times", "odeint_rk4", "odeint_dopri5", "odeint"]
+__all__ = [
+    "BlowUpError",
+    "check_times",
+    "odeint_rk4",
+    "odeint_dopri5",
+    "odeint_stiff",
+    "odeint",
+    "ODE_METHODS",
+]
+
+#: The method names :func:`odeint` takes; the last three go to :func:`odeint_stiff`.
+ODE_METHODS = ("rk4", "dopri5", "bdf", "radau", "lsoda")
+_SCIPY_METHODS = {"bdf": "BDF", "radau": "Radau", "lsoda": "LSODA"}
 
 
 def _blowup(message: str, time: float, out: list, times: np.ndarray) -> BlowUpError:
@@ -245,11 +260,95 @@ def odeint_dopri5(
     return torch.stack(out)
 
 
+def odeint_stiff(
+    f: Callable[[float, torch.Tensor], torch.Tensor],
+    y0: torch.Tensor,
+    t,
+    *,
+    method: str = "bdf",
+    rtol: float = 1e-6,
+    atol: float = 1e-9,
+    max_abs: float = 1e8,
+    jac_sparsity=None,
+) -> torch.Tensor:
+    r"""Solve :math:`\dot y = f(t, y)` with SciPy's BDF, Radau or LSODA; ``y`` at the times ``t``.
+
+    The same contract as :func:`odeint_dopri5`: ``f`` maps ``(t, tensor)`` to a tensor of
+    ``y0``'s shape, the result is ``(len(t), *y0.shape)`` in ``y0``'s dtype and device, and a
+    state that leaves ``[-max_abs, max_abs]`` (a terminal event of the solver, located to its
+    tolerance) or a step that underflows raises :class:`BlowUpError` with the outputs reached
+    before. The state travels through NumPy float64 on the CPU. ``jac_sparsity`` (a
+    ``(N, N)`` 0/1 array over the flattened state) lets SciPy estimate the Jacobian of a batch
+    of independent systems with as many evaluations as one system has entries, not all of them.
+    """
+    from scipy.integrate import solve_ivp
+
+    if not isinstance(method, str) or method.lower() not in _SCIPY_METHODS:
+        raise ValueError(
+            f"method must be one of {tuple(_SCIPY_METHODS)} for odeint_stiff, got {method!r}"
+        )
+    times = check_times(t)
+    rtol = check_positive(rtol, "rtol")
+    atol = check_positive(atol, "atol")
+    max_abs = check_positive(max_abs, "max_abs")
+    check_finite(y0, "y0")
+    shape, dtype, device = y0.shape, y0.dtype, y0.device
+
+    def fun(tc, y):
+        dy = f(tc, torch.from_numpy(y).reshape(shape).to(device=device, dtype=dtype))
+        return dy.detach().reshape(-1).to("cpu", torch.float64).numpy()
+
+    def leaves_bound(_tc, y):  # crosses zero where the largest entry reaches max_abs
+        return max_abs - float(np.max(np.abs(y))) if np.all(np.isfinite(y)) else -1.0
+
+    leaves_bound.terminal = True
+    opts = {} if jac_sparsity is None else {"jac_sparsity": jac_sparsity}
+    if method.lower() == "lsoda" and opts:
+        raise ValueError("jac_sparsity is not supported by method 'lsoda'")
+    sol = solve_ivp(
+        fun,
+        (float(times[0]), float(times[-1])),
+        y0.detach().reshape(-1).to("cpu", torch.float64).numpy(),
+        method=_SCIPY_METHODS[method.lower()],
+        t_eval=times,
+        rtol=rtol,
+        atol=atol,
+        events=leaves_bound,
+        **opts,
+    )
+    out = [
+        torch.from_numpy(np.ascontiguousarray(col)).reshape(shape).to(device, dtype)
+        for col in sol.y.T
+    ]
+    if sol.status == 1:  # the bound was left
+        t_hit = float(sol.t_events[0][0])
+        raise _blowup(
+            f"the solution left the bound (|y| > {max_abs:.3g}) at t ≈ {t_hit:.6g}",
+            t_hit,
+            out or [y0],
+            times,
+        )
+    if sol.status != 0:  # SciPy's step size underflowed: a singularity, as for DOPRI5
+        t_fail = float(sol.t[-1]) if sol.t.size else float(times[0])
+        raise _blowup(
+            f"step size underflow at t ≈ {t_fail:.6g} ({sol.message}): the solution is "
+            "singular there",
+            t_fail,
+            out or [y0],
+            times,
+        )
+    return torch.stack(out)
+
+
 def odeint(f, y0, t, *, method: str = "rk4", **options) -> torch.Tensor:
-    """Dispatch to :func:`odeint_rk4` (``method="rk4"``) or :func:`odeint_dopri5` (``"dopri5"``)."""
+    """Dispatch by ``method`` (one of :data:`ODE_METHODS`): :func:`odeint_rk4` (``"rk4"``),
+    :func:`odeint_dopri5` (``"dopri5"``) or :func:`odeint_stiff` (``"bdf"``, ``"radau"``,
+    ``"lsoda"``), all with one blow-up convention and one result type."""
     y0 = as_tensor(y0, "y0")
     if method == "rk4":
         return odeint_rk4(f, y0, t, **options)
     if method == "dopri5":
         return odeint_dopri5(f, y0, t, **options)
-    raise ValueError(f"unknown method {method!r}; expected one of ('rk4', 'dopri5')")
+    if method in _SCIPY_METHODS:
+        return odeint_stiff(f, y0, t, method=method, **options)
+    raise ValueError(f"unknown method {method!r}; expected one of {ODE_METHODS}")

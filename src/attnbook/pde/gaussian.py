@@ -26,7 +26,7 @@ import torch
 
 from ..attention import resolve_kind
 from ..errors import BlowUpError, FlowDiverged
-from ..flows import check_times, odeint_dopri5
+from ..flows import ODE_METHODS, check_times, odeint, odeint_dopri5
 from ..linalg import check_psd
 from ..validation import as_float64_array, check_positive
 from .particles import resolve_params
@@ -258,15 +258,24 @@ def covariance_flow(
     max_trace: float = 1e3,
     rtol: float = 1e-8,
     atol: float = 1e-10,
+    method: str = "dopri5",
     device=None,
 ) -> CovarianceFlow:
     r"""Batched :math:`\dot\Sigma = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top` for ``B`` systems.
 
     ``cov0``: ``(B, d, d)`` (or ``(d, d)``); ``A``, ``V``: ``(d, d)`` shared or ``(B, d, d)``.
     A member whose trace passes ``max_trace`` is frozen (its right-hand side set to zero) and
-    flagged ``exploded`` — the convention of the figures of Castin et al. (2025). Adaptive
-    Dormand–Prince in torch float64, vectorised over the batch.
+    flagged ``exploded`` — the convention of the figures of Castin et al. (2025). ``method``:
+    adaptive Dormand–Prince in torch float64, vectorised over the batch (``"dopri5"``), or a
+    stiff method of :func:`attnbook.flows.odeint` (``"bdf"``, ``"radau"``, ``"lsoda"``) for long
+    horizons, where a clustering covariance decays like 1/t beside modes of rate one; BDF and
+    Radau are told that the ``B`` systems are independent (a block-diagonal Jacobian).
     """
+    if method not in ODE_METHODS or method == "rk4":
+        raise ValueError(
+            f"method must be one of {tuple(m for m in ODE_METHODS if m != 'rk4')}, "
+            f"got {method!r}"
+        )
     S0 = torch.as_tensor(_to_numpy(cov0, "cov0"))
     if S0.ndim == 2:
         S0 = S0[None]
@@ -302,9 +311,11 @@ def covariance_flow(
         R = Vm @ S @ Am @ S
         return (R + R.mT) * alive
 
-    traj = odeint_dopri5(
-        rhs, S0, times, rtol=rtol, atol=atol, max_abs=max(1e8, 10 * max_trace)
-    )
+    opts = dict(rtol=rtol, atol=atol, max_abs=max(1e8, 10 * max_trace))
+    if method in ("bdf", "radau"):
+        B, dd = S0.shape[0], d * d
+        opts["jac_sparsity"] = np.kron(np.eye(B), np.ones((dd, dd)))
+    traj = odeint(rhs, S0, times, method=method, **opts)
     cov = traj.cpu().numpy()
     tr = np.trace(cov, axis1=-2, axis2=-1)  # (m, B)
     exploded = (tr > max_trace).any(0)
