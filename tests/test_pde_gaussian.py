@@ -8,6 +8,7 @@ import pytest
 import sympy as sp
 import torch
 
+from attnbook import pde
 from attnbook.pde import closed_forms as cf
 from attnbook.pde import (
     clustering_limit,
@@ -130,11 +131,16 @@ def test_tilted_mean_by_importance_sampling(kind):
     Q, K = np.array([[0.7, 0.1], [0.0, 0.5]]), np.array([[0.4, -0.3], [0.2, 0.6]])
     der = derive_moment_equations(kind)
     eye = sp.MatrixSymbol("I_d", symbolic.d, symbolic.d)
-    f = sp.lambdify(
-        der.arguments + (symbolic.x, eye),
-        der.velocity.xreplace({symbolic.I_d: eye}),
+    eye_k = sp.MatrixSymbol("I_k", symbolic.k, symbolic.k)
+    lam = sp.lambdify(
+        der.arguments + (symbolic.x, eye, eye_k),
+        der.velocity.xreplace({symbolic.I_d: eye, symbolic.I_k: eye_k}),
         "numpy",
     )
+
+    def f(*args):
+        return lam(*args, np.eye(2))
+
     y = np.random.default_rng(0).multivariate_normal(a, S, size=400_000)
     x = np.array([0.5, 1.0])
     if kind == "softmax":
@@ -384,3 +390,56 @@ def test_continuation_that_loses_psd_is_reported_as_divergence():
     assert info.value.partial is not None and np.isfinite(info.value.partial).all()
     flow = gaussian_flow(np.zeros(3), S0, t, blowup_threshold=1e4, **kw)
     assert flow.blowup_time is None and flow.growth_rate > 0
+
+
+def test_l2_cov_fate_apart_from_the_mean():
+    # K = −Q: the mean grows like e^{rt}, Σ' = −4ΣQᵀWQΣ ⪯ 0 keeps the covariance bounded
+    Q1 = np.array([[1.0, 0.5]])
+    g = pde.gaussian_flow(
+        [1.0, 1.0], np.eye(2), np.linspace(0, 40, 41), kind="l2", Q=Q1, K=-Q1
+    )
+    assert g.fate == "growth" and g.cov_fate.outcome == "finite"
+    assert len(g.cov_fate.t) == 41 and g.cov_fate.values.shape == (41, 2, 2)
+    assert np.linalg.eigvalsh(np.diff(g.cov_fate.values, axis=0)).max() < 1e-8
+    # α₀ = 0 stays 0 (α' is linear in α): nothing grows
+    g0 = pde.gaussian_flow(np.zeros(2), np.eye(2), [0.0, 40.0], kind="l2", Q=Q1, K=-Q1)
+    assert g0.fate == "finite" and g0.cov_fate.outcome == "finite"
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_l2_rank_one_cov_growth_is_fast_and_exponential(seed):
+    rng = np.random.default_rng(seed)
+    Q, K = rng.normal(size=(1, 3)), rng.normal(size=(1, 3))
+    g = pde.gaussian_flow(np.zeros(3), np.eye(3), [0.0, 400.0], kind="l2", Q=Q, K=K)
+    c = g.cov_fate
+    assert c.outcome == "growth" and c.blowup_time is None and c.growth_rate > 0
+    assert g.wall_s < 30  # minutes before the push-through form; about 1 s with it
+
+
+def test_l2_field_accurate_when_sigma_is_ill_conditioned():
+    # a covariance grown to 1e9 along one direction: the field's small-direction entry
+    # against 50-digit arithmetic (the (I + 2ΣKᵀK)⁻¹ form was wrong there by 1e9×)
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 50
+    u = np.array([0.6, 0.8])
+    S = 1e9 * np.outer(u, u) + 0.5 * np.eye(2)
+    Q, K = np.array([[0.3, -1.1]]), np.array([[0.9, 0.4]])
+    _, dS = pde.moment_rhs("l2", np.zeros(2), S, Q=Q, K=K, V=np.eye(2))
+    Sm, Km, Qm = (mp.matrix(a.tolist()) for a in (S, K, Q))
+    Jm = 2 * Sm * Km.T * mp.inverse(mp.eye(1) + 2 * Km * Sm * Km.T) * Qm
+    exact = np.array((Jm * Sm + Sm * Jm.T).tolist(), dtype=float)
+    w = np.array([0.8, -0.6])  # the small direction
+    assert abs(w @ dS @ w - w @ exact @ w) <= 1e-6 * abs(w @ exact @ w) + 1e-12
+
+
+def test_gaussian_flow_method_is_validated_and_stiff_methods_agree():
+    with pytest.raises(ValueError, match="method"):
+        pde.gaussian_flow(np.zeros(2), np.eye(2), [0, 1], kind="softmax", method="rk4")
+    t = np.linspace(0, 2, 5)
+    a = pde.gaussian_flow(np.zeros(2), np.eye(2), t, kind="softmax", A=-np.eye(2))
+    b = pde.gaussian_flow(
+        np.zeros(2), np.eye(2), t, kind="softmax", A=-np.eye(2), method="lsoda"
+    )
+    np.testing.assert_allclose(b.cov, a.cov, rtol=1e-6)
+    # closed form Σ(t) = Σ₀(I + 2tΣ₀)⁻¹ for A = −I, V = I
+    np.testing.assert_allclose(a.cov[-1], np.eye(2) / 5, rtol=1e-8)

@@ -65,6 +65,7 @@ y = sp.MatrixSymbol("y", d, 1)
 u = sp.MatrixSymbol("u", d, 1)
 J0 = sp.MatrixSymbol("J_0", d, d)
 I_d = sp.Identity(d)
+I_k = sp.Identity(k)
 _A_SYM = A  # functions below take a NumPy argument named A
 
 # Sigma is a covariance: symmetric (and, where inverted, invertible).
@@ -169,14 +170,21 @@ def derive_moment_equations(kind: str) -> Derivation:
         SP = sp.expand(Sigma * P)
         Sc = sp.expand(Sigma * c)
         m = sp.Inverse(SP) * Sc
+        # (ΣP)⁻¹ = (I + 2ΣKᵀK)⁻¹ is a d×d inverse of a matrix as ill-conditioned as Σ: once
+        # Σ has grown to 1e9 its round-off swamps the small directions of Σ' (relative error
+        # 1e-8 of the largest entry). The push-through identity (I + 2ΣKᵀK)ΣKᵀ = ΣKᵀ(I + 2KΣKᵀ)
+        # moves the inverse onto the k×k matrix I + 2KΣKᵀ ⪰ I, which is never ill-conditioned.
+        W = sp.Inverse(I_k + 2 * K * Sigma * K.T)
+        m_push = alpha + 2 * Sigma * K.T * W * (Q * x - K * alpha)
         steps += [
             ("exponent of kernel × density, in y", expo),
             ("its gradient: c(x) − P y", grad),
             ("precision P = −∇²", P),
             ("c(x) = gradient at y = 0", c),
             ("mean P⁻¹c = (ΣP)⁻¹(Σc)", m),
+            ("push-through (I + 2ΣKᵀK)⁻¹ΣKᵀ = ΣKᵀ(I + 2KΣKᵀ)⁻¹: a k×k inverse", m_push),
         ]
-        vel = V * m
+        vel = V * m_push
         args = (alpha, Sigma, Q, K, V)
     else:  # sinkhorn
         eq = sinkhorn_cross_term()
@@ -205,9 +213,11 @@ def derive_moment_equations(kind: str) -> Derivation:
 def _lambdified(kind: str):
     der = derive_moment_equations(kind)
     # NumPy printing needs a concrete identity: pass it in as an extra argument.
-    eye = sp.MatrixSymbol("I_d", d, d)
-    exprs = tuple(e.xreplace({I_d: eye}) for e in (der.mean_rhs, der.cov_rhs))
-    return sp.lambdify(der.arguments + (eye,), exprs, modules="numpy")
+    eye, eye_k = sp.MatrixSymbol("I_d", d, d), sp.MatrixSymbol("I_k", k, k)
+    exprs = tuple(
+        e.xreplace({I_d: eye, I_k: eye_k}) for e in (der.mean_rhs, der.cov_rhs)
+    )
+    return sp.lambdify(der.arguments + (eye, eye_k), exprs, modules="numpy")
 
 
 def sinkhorn_cross_covariance(cov: np.ndarray, A: np.ndarray) -> np.ndarray:
@@ -239,6 +249,7 @@ def moment_rhs(
             np.asarray(K, float),
             np.asarray(V, float),
             np.eye(len(S)),
+            np.eye(np.shape(K)[0]),
         )
     elif kind == "sinkhorn":
         Vm = np.asarray(V, float)
@@ -246,7 +257,7 @@ def moment_rhs(
         dm, dS = Vm @ a, Vm @ CT + CT.T @ Vm.T
     else:
         dm, dS = _lambdified(kind)(
-            a, S, np.asarray(A, float), np.asarray(V, float), np.eye(len(S))
+            a, S, np.asarray(A, float), np.asarray(V, float), np.eye(len(S)), np.eye(1)
         )
     return np.asarray(dm, float).reshape(-1), np.asarray(dS, float)
 
