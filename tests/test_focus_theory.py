@@ -169,6 +169,25 @@ def test_sympy_saddle_attention_block_d3_matches_closed_form_and_jacobian():
         r["numeric"]([0.5, 0.5], 0.5)
 
 
+def test_saddle_attention_block_precise_agrees_on_the_simplex():
+    r = saddle_attention_block(3)
+    # seed 42's first draws include a nearly uniform law: float64 disagrees by ~1e-12
+    rng = np.random.default_rng(42)
+    worst64 = worst = 0.0
+    for _ in range(5):
+        p3, lam = rng.dirichlet(np.ones(3)), rng.uniform(0.1, 0.9)
+        a, b = r["numeric"](p3, lam)
+        worst64 = max(worst64, abs(a - b) / b)
+        a, b = r["precise"](p3, lam, digits=50)
+        worst = max(worst, float(abs((a - b) / b)))
+        assert float(a) == pytest.approx(r["numeric"](p3, lam)[0], rel=1e-8)
+    assert worst64 > 1e-13 and worst < 1e-30
+    with pytest.raises(ValueError, match="digits"):
+        r["precise"]([0.5, 0.3, 0.2], 0.5, digits=8)
+    with pytest.raises(ValueError, match="pi_values"):
+        r["precise"]([0.5, 0.5], 0.5)
+
+
 def test_sympy_reduced_ode_is_the_restricted_full_flow():
     d, m = 3, 4
     red = reduced_ode(d)

@@ -443,3 +443,23 @@ def test_gaussian_flow_method_is_validated_and_stiff_methods_agree():
     np.testing.assert_allclose(b.cov, a.cov, rtol=1e-6)
     # closed form Σ(t) = Σ₀(I + 2tΣ₀)⁻¹ for A = −I, V = I
     np.testing.assert_allclose(a.cov[-1], np.eye(2) / 5, rtol=1e-8)
+
+
+def test_closed_form_gaps_in_roundoff_units(monkeypatch):
+    from attnbook.pde import closed_form_gaps, closed_forms
+
+    # seed 645 draws a d = 1 pair with Kᵀ·Q 6600 times below |K|ᵀ|Q|: the plain ℓ² gap is
+    # 4e-12, far above 1e-13, but within its round-off bound
+    assert closed_form_gaps(645)["l2"] > 1e-13
+    for seed in (645, 374, 0, 987_654_321):
+        assert max(closed_form_gaps(seed, in_roundoff_units=True).values()) < 1
+    with pytest.raises(TypeError, match="in_roundoff_units"):
+        closed_form_gaps(0, in_roundoff_units=1)
+    # power: a formula off by 1e-9 of its terms is 1e5 round-off units off
+    right = closed_forms.l2_moment_rhs
+    monkeypatch.setattr(
+        closed_forms,
+        "l2_moment_rhs",
+        lambda *args: tuple(x * (1 + 1e-9) for x in right(*args)),
+    )
+    assert closed_form_gaps(1, in_roundoff_units=True)["l2"] > 1e4

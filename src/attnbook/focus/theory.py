@@ -269,7 +269,13 @@ def saddle_attention_block(d: int) -> dict:
 
     Returns ``G0`` (matrix), ``kappa``, ``rate_derived`` (:math:`-\kappa`), ``rate_closed_form``
     (the formula of :func:`attention_growth_rate`), ``numeric`` — a function
-    ``(pi_values, lam) -> (rate_derived, rate_closed_form)`` made with ``lambdify`` — and symbols.
+    ``(pi_values, lam) -> (rate_derived, rate_closed_form)`` made with ``lambdify`` — ``precise``,
+    the same pair in ``digits``-digit mpmath arithmetic with ``pi_values`` renormalised to sum
+    to one in that precision (``(pi_values, lam, digits=50)``), and symbols.
+
+    The two expressions agree on the simplex only: off it (a float64 law sums to one within
+    an ulp) their difference is amplified by the cancellations in :math:`S_3` and :math:`T`,
+    to a relative 1e-11 for nearly uniform laws. ``precise`` removes both errors.
     """
     d, pi = _symbols(d)
     lam = sp.Symbol("lam", nonnegative=True)
@@ -290,15 +296,29 @@ def saddle_attention_block(d: int) -> dict:
     T = sum(x**2 * (sp.log(x) + H) for x in pi)
     closed = lam * sp.sqrt((ell.T * ell)[0, 0]) * S3 * T / n2 ** sp.Rational(5, 2)
     f = sp.lambdify((list(pi), lam), [-kappa, closed], "numpy")
+    f_mp = sp.lambdify((list(pi), lam), [-kappa, closed], "mpmath")
 
-    def numeric(pi_values, lam_value):
+    def _law(pi_values):
         pv = np.asarray(pi_values, dtype=float)
         if pv.shape != (d,) or abs(pv.sum() - 1) > 1e-12 or np.any(pv <= 0):
             raise ValueError(
                 f"pi_values must be a positive probability vector of length {d}"
             )
-        a, b = f(list(pv), float(lam_value))
+        return pv
+
+    def numeric(pi_values, lam_value):
+        a, b = f(list(_law(pi_values)), float(lam_value))
         return float(a), float(b)
+
+    def precise(pi_values, lam_value, digits: int = 50):
+        import mpmath
+
+        pv = _law(pi_values)
+        digits = check_positive_int(digits, "digits", minimum=16)
+        with mpmath.workdps(digits):
+            pm = [mpmath.mpf(float(v)) for v in pv]
+            total = mpmath.fsum(pm)
+            return tuple(f_mp([v / total for v in pm], mpmath.mpf(float(lam_value))))
 
     return {
         "G0": G0,
@@ -306,6 +326,7 @@ def saddle_attention_block(d: int) -> dict:
         "rate_derived": -kappa,
         "rate_closed_form": closed,
         "numeric": numeric,
+        "precise": precise,
         "symbols": (pi, lam),
     }
 

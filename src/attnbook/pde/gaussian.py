@@ -71,7 +71,8 @@ class Fate:
     t: np.ndarray  #: (m,) requested times reached before the threshold
     values: np.ndarray  #: (m, ...) the part at those times
     blowup_time: float | None = None  #: time of the singularity when ``"blowup"``
-    growth_rate: float | None = None  #: rate r of |entries| ~ e^{rt} when ``"growth"``
+    #: rate r of the growth (largest absolute entry ~ e^{rt}) when ``"growth"``
+    growth_rate: float | None = None
     threshold_time: float | None = None  #: first crossing of the threshold, else None
     message: str = ""
 
@@ -97,7 +98,7 @@ class GaussianFlow:
     kind: str
     message: str = ""
     growth_rate: float | None = (
-        None  #: rate r of |entries| ~ e^{rt} when growth, else None
+        None  #: rate r of the growth (largest absolute entry ~ e^{rt}), else None
     )
     threshold_time: float | None = None  #: first crossing of the threshold, else None
     wall_s: float = 0.0  #: wall-clock seconds of the call
