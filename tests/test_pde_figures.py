@@ -142,3 +142,37 @@ def test_authors_layer_scaling_and_refusals():
         figs.authors_layer("sinkhorn", Q, 3)
     with pytest.raises(ValueError, match="Q must"):
         figs.authors_layer("softmax", Q, 4)
+
+
+def test_authors_draws_are_the_draws_of_their_script_global_seeding():
+    # their 2d_plots.py seeds NumPy's global generator; replay two of its cells literally
+    state = np.random.get_state()
+    try:
+        np.random.seed(35)
+        Q = np.random.rand(2, 2)
+        V = np.random.randn(2, 2)
+        collapse = {"Q": Q, "K": -Q, "V": V @ V.T}
+        np.random.seed(33)
+        for _ in range(1000):
+            Q = np.random.randn(2, 2)
+            K = np.random.randn(2, 2)
+            if np.linalg.eigh(K.T @ Q + Q.T @ K)[0][0] > 0:
+                break
+        explosion = {"Q": Q, "K": K, "V": np.eye(2)}
+    finally:
+        np.random.set_state(state)
+    for figure, expected in (("collapse", collapse), ("explosion", explosion)):
+        got = figs.authors_draws(figure)
+        for name in "QKV":
+            np.testing.assert_array_equal(got[name], expected[name])
+
+
+def test_authors_draws_meet_their_stated_conditions():
+    two, both = figs.authors_draws("two-lines"), figs.authors_draws("both")
+    np.testing.assert_array_equal(two["Q"], both["Q"])
+    w = np.linalg.eigvalsh(two["K"].T @ two["Q"] + two["Q"].T @ two["K"])
+    assert w[0] < 0 < w[1]
+    line = figs.authors_draws("line")
+    assert line["Q"].shape == (1, 2) and abs(np.linalg.norm(line["Q"]) - 1) < 1e-15
+    with pytest.raises(ValueError, match="figure"):
+        figs.authors_draws("histogram")

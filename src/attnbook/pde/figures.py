@@ -34,7 +34,9 @@ from .gaussian import CovarianceFlow
 from .plots import cone_coordinates
 
 __all__ = [
+    "AUTHORS_DRAWS",
     "FIGURE_KINDS",
+    "authors_draws",
     "authors_layer",
     "covariance_rhs",
     "batched_covariance_flow",
@@ -180,6 +182,61 @@ def batched_covariance_flow(
     )
 
 
+#: The panel groups of the authors' ``2d_plots.py`` whose matrices are random draws.
+AUTHORS_DRAWS = ("collapse", "line", "two-lines", "both", "explosion")
+
+
+def _first_draw(rng, accept):
+    # the authors draw (Q, K) Gaussian until A + Aᵀ = KᵀQ + QᵀK passes their test (≤ 1000 tries)
+    for _ in range(1000):
+        Q, K = rng.randn(2, 2), rng.randn(2, 2)
+        if accept(np.linalg.eigvalsh(K.T @ Q + Q.T @ K)):
+            return Q, K
+    raise RuntimeError("no draw passed the authors' test in 1000 tries")
+
+
+def authors_draws(figure: str) -> dict:
+    r"""``Q, K, V`` (2×2, or ``Q`` 1×2) of one panel group of the authors' ``2d_plots.py``.
+
+    Drawn as their script draws them: NumPy's legacy Mersenne Twister (``RandomState``, the
+    stream of ``np.random.seed``) with the seeds the script sets, in its order of calls.
+    ``figure`` is one of :data:`AUTHORS_DRAWS`:
+
+    - ``"collapse"`` (seed 35): ``Q`` uniform on [0, 1), ``K = −Q``, ``V = GGᵀ`` with ``G``
+      Gaussian;
+    - ``"line"`` (seed 36): ``Q = qᵀ`` with ``q`` a Gaussian unit vector, ``K = −Q``, ``V = I``
+      (their script draws a ``V`` and does not pass it);
+    - ``"two-lines"``: the first Gaussian ``(Q, K)`` from seed 36 with ``A + Aᵀ`` indefinite,
+      ``V`` Gaussian from seed 32;
+    - ``"both"``: the same ``(Q, K)``, ``V`` from seed 35 after a discarded 8×7 draw;
+    - ``"explosion"``: the first Gaussian ``(Q, K)`` from seed 33 with ``A + Aᵀ ≻ 0``,
+      ``V = I``.
+
+    The scaling ``A = KᵀQ/√d`` is left to the caller (the chapter passes it as their code does).
+    """
+    if figure not in AUTHORS_DRAWS:
+        raise ValueError(f"figure must be one of {AUTHORS_DRAWS}, got {figure!r}")
+    RS = np.random.RandomState
+    if figure == "collapse":
+        rng = RS(35)
+        Q = rng.rand(2, 2)
+        G = rng.randn(2, 2)
+        return {"Q": Q, "K": -Q, "V": G @ G.T}
+    if figure == "line":
+        q = RS(36).randn(1, 2)
+        q = q / np.linalg.norm(q)
+        return {"Q": q, "K": -q, "V": np.eye(2)}
+    if figure == "explosion":
+        Q, K = _first_draw(RS(33), lambda w: w[0] > 0)
+        return {"Q": Q, "K": K, "V": np.eye(2)}
+    Q, K = _first_draw(RS(36), lambda w: w[0] * w[1] < 0)
+    if figure == "two-lines":
+        return {"Q": Q, "K": K, "V": RS(32).randn(2, 2)}
+    rng = RS(35)
+    rng.randn(8, 7)  # the script draws and discards this before V
+    return {"Q": Q, "K": K, "V": rng.randn(2, 2)}
+
+
 def multihead_blocks(Q, K, V=None, *, n_heads: int) -> tuple[np.ndarray, np.ndarray]:
     r"""Per-head ``A_h = K_hᵀQ_h/√k`` and ``V_h = W_hᵀV_h`` (``W = I``) from row blocks, ``(H, d, d)``.
 
@@ -270,7 +327,8 @@ def plot_cone_paths(
     """2×2 flows ``cov`` ``(len(t), B, 2, 2)`` in the PSD cone of a 3-D axis, end points as dots.
 
     Colours follow ``color_by`` (default: the start's off-diagonal entry); ``line``: a 2×2
-    rank-one matrix whose ray is drawn in black (a predicted limit direction). A flow is drawn
+    rank-one matrix, or a stack ``(m, 2, 2)`` of them, whose rays are drawn in black (predicted
+    limit directions). A flow is drawn
     while its trace stays below ``max_trace``.
     """
     cov = as_float64_array(cov, "cov")
@@ -285,9 +343,10 @@ def plot_cone_paths(
         if keep[-1]:
             ax.scatter(*P[-1, b], color=colors[b], s=6)
     if line is not None:
-        L = cone_coordinates(as_float64_array(line, "line"))
-        ray = np.linspace(0, max_trace / L[2], 2)[:, None] * L
-        ax.plot(*ray.T, color="k", lw=1.5)
+        lines = as_float64_array(line, "line")
+        for L in cone_coordinates(lines.reshape(-1, 2, 2)):
+            ray = np.linspace(0, max_trace / L[2], 2)[:, None] * L
+            ax.plot(*ray.T, color="k", lw=1.5)
     ax.view_init(elev=elev, azim=azim)
     ax.set(
         zlim=(0, max_trace), xlim=(-max_trace, max_trace), ylim=(-max_trace, max_trace)
