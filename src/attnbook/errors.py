@@ -59,4 +59,11 @@ class FlowDiverged(DivergenceError):
 
 
 class BlowUpError(FlowDiverged):
-    """A flow reached a finite-time singularity at ``time``."""
+    """A flow reached a finite-time singularity at ``time``, or left a stated bound there.
+
+    ``state``: the solver's state where it stopped (just past the bound), or None.
+    """
+
+    def __init__(self, message: str, *, state=None, **kwargs):
+        super().__init__(message, **kwargs)
+        self.state = state

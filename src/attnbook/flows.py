@@ -56,12 +56,15 @@ ODE_METHODS = ("rk4", "dopri5", "bdf", "radau", "lsoda")
 _SCIPY_METHODS = {"bdf": "BDF", "radau": "Radau", "lsoda": "LSODA"}
 
 
-def _blowup(message: str, time: float, out: list, times: np.ndarray) -> BlowUpError:
+def _blowup(
+    message: str, time: float, out: list, times: np.ndarray, state=None
+) -> BlowUpError:
     return BlowUpError(
         message,
         time=float(time),
         partial=torch.stack(out),
         times=torch.as_tensor(times[: len(out)]),
+        state=state,
     )
 
 
@@ -141,6 +144,7 @@ def odeint_rk4(
                         tk + h,
                         out,
                         times,
+                        state=y,
                     )
             if bar is not None:
                 bar.update(int(n_sub[k]))
@@ -233,6 +237,7 @@ def odeint_dopri5(
                             tc + h,
                             out,
                             times,
+                            state=y5,
                         )
                     h *= 0.2
                 elif err <= 1.0:
@@ -250,6 +255,7 @@ def odeint_dopri5(
                         tc,
                         out,
                         times,
+                        state=y,
                     )
             out.append(y)
             if bar is not None:
@@ -327,6 +333,9 @@ def odeint_stiff(
             t_hit,
             out or [y0],
             times,
+            state=torch.from_numpy(np.ascontiguousarray(sol.y_events[0][0]))
+            .reshape(shape)
+            .to(device, dtype),
         )
     if sol.status != 0:  # SciPy's step size underflowed: a singularity, as for DOPRI5
         t_fail = float(sol.t[-1]) if sol.t.size else float(times[0])

@@ -11,10 +11,13 @@ which can blow up in finite time. :func:`gaussian_flow` integrates the lambdifie
 right-hand side with :func:`attnbook.flows.odeint` and stops at a blow-up (an entry of
 :math:`\alpha` or :math:`\Sigma` above ``blowup_threshold``), reporting its time instead of
 returning NaN; it tells a finite-time singularity from unbounded growth that takes infinite
-time, for the whole state and for :math:`\Sigma` alone (``cov_fate``: with ℓ² and
+time (by the blow-up index of the log-rate between two crossings, see :func:`gaussian_flow`),
+for the whole state and for :math:`\Sigma` alone (``cov_fate``: with ℓ² and
 ``K = -Q`` the mean grows like :math:`e^{rt}` while the covariance clusters; with a
-rank-deficient key map drawn independently of the queries the covariance itself grows). :func:`covariance_flow` integrates many zero-mean softmax covariance flows at
-once in torch (for pictures in the PSD cone and limiting-rank histograms).
+rank-deficient key map drawn independently of the queries the covariance itself grows).
+
+:func:`covariance_flow` integrates many zero-mean softmax covariance flows at once in torch
+(for pictures in the PSD cone and limiting-rank histograms).
 """
 
 from __future__ import annotations
@@ -49,6 +52,12 @@ __all__ = [
 GAUSSIAN_FLOW_KINDS = ("softmax", "l2", "sinkhorn", "linear", "multihead")
 #: After crossing ``blowup_threshold`` M the flow is continued to ``M * _CONTINUE_FACTOR``.
 _CONTINUE_FACTOR = 1e4
+#: The blow-up index is measured between the crossings of M / 10**_INDEX_DECADES and M.
+_INDEX_DECADES = 2
+#: A blow-up index at most this is exponential growth: a singularity (T* − t)^-p has index
+#: 1/p, so this tells every singularity up to p = 10 from growth; exponential growth with a
+#: polynomial prefactor t^k has an index of order k/(r t)², far below it at the threshold.
+_GROWTH_INDEX = 0.1
 
 
 #: Kinds whose covariance equation does not involve the mean (Σ' is a function of Σ alone):
@@ -71,7 +80,8 @@ class Fate:
     t: np.ndarray  #: (m,) requested times reached before the threshold
     values: np.ndarray  #: (m, ...) the part at those times
     blowup_time: float | None = None  #: time of the singularity when ``"blowup"``
-    #: rate r of the growth (largest absolute entry ~ e^{rt}) when ``"growth"``
+    #: rate r of the growth (|y| ~ e^{rt}) when ``"growth"``: Δlog|y|/Δt between the
+    #: crossings of M/100 and M, or from those of M and 10⁴ M (see :func:`gaussian_flow`)
     growth_rate: float | None = None
     threshold_time: float | None = None  #: first crossing of the threshold, else None
     message: str = ""
@@ -84,11 +94,12 @@ class GaussianFlow:
     The state :math:`(\alpha, \\Sigma)` has exactly one of three fates: finite on the whole
     interval (``blowup_time`` and ``growth_rate`` None); a finite-time singularity
     (``blowup_time`` its time); or unbounded growth that takes infinite time (``blowup_time``
-    None, ``growth_rate`` the exponential rate of the largest entry when it crossed the
-    threshold). ``threshold_time``: when an entry first exceeded ``blowup_threshold`` (None if
-    never). The mean can grow while the covariance clusters, so ``cov_fate`` is the fate of
-    :math:`\\Sigma` alone (its own ODE, which for every kind but linear does not involve
-    :math:`\alpha`; for linear attention, that of the coupled state).
+    None, ``growth_rate`` its exponential rate where it crossed the threshold, see
+    :func:`gaussian_flow`). ``threshold_time``: when an entry first exceeded
+    ``blowup_threshold`` (None if never). The mean can grow while the covariance clusters,
+    so ``cov_fate`` is the fate of :math:`\\Sigma` alone (its own ODE, which for every kind
+    but linear does not involve :math:`\alpha`; for linear attention, that of the coupled
+    state).
     """
 
     t: np.ndarray  #: (m,) times (a prefix of the requested ones)
@@ -97,9 +108,8 @@ class GaussianFlow:
     blowup_time: float | None  #: time of a finite-time singularity, else None
     kind: str
     message: str = ""
-    growth_rate: float | None = (
-        None  #: rate r of the growth (largest absolute entry ~ e^{rt}), else None
-    )
+    #: rate r of the growth (|state| ~ e^{rt} where it crossed the threshold), else None
+    growth_rate: float | None = None
     threshold_time: float | None = None  #: first crossing of the threshold, else None
     wall_s: float = 0.0  #: wall-clock seconds of the call
     cov_fate: Fate | None = None  #: the fate of Σ alone
@@ -180,56 +190,212 @@ def _check_method(method) -> None:
         )
 
 
+def _log_rate(rhs, t: float, y: torch.Tensor) -> float:
+    r""":math:`g = \langle y, \dot y\rangle / \lVert y\rVert^2`, the log-rate of ``|y|``."""
+    v = y.reshape(-1)
+    return float(v @ rhs(t, y).reshape(-1)) / float(v @ v)
+
+
+def _restart(rhs, t: float, y: torch.Tensor, method: str, opts) -> dict:
+    """Options to restart an adaptive flow at ``(t, y)``: DOPRI5's first step on the time
+    scale ``1/g`` of the state (its default 0.01 overshoots near a singularity, where trial
+    stages overflow before the step is rejected)."""
+    if method != "dopri5":
+        return opts
+    g = abs(_log_rate(rhs, t, y))
+    return {**opts, "first_step": 0.01 / max(g, 1.0)}
+
+
+def _resume(rhs, err, times, M, method, opts):
+    """Continue a flow stopped by ``err`` (at its crossing state) towards the bound ``M``.
+
+    Returns ``(Y, None)`` with the outputs at all requested times when ``M`` is not reached,
+    else ``(Y, err2)`` with the outputs before the crossing of ``M`` and its error.
+    """
+    Ya, t_a = err.partial, err.time
+    rest = times[len(Ya) :]
+    here = [err.state[None]] if rest.size and rest[0] <= t_a else []
+    ahead = rest[rest > t_a]
+    if ahead.size == 0:
+        return torch.cat([Ya, *here]), None
+    try:
+        Yb = odeint(
+            rhs,
+            err.state,
+            np.r_[t_a, ahead],
+            method=method,
+            max_abs=M,
+            **_restart(rhs, t_a, err.state, method, opts),
+        )
+        return torch.cat([Ya, *here, Yb[1:]]), None
+    except BlowUpError as err2:
+        return torch.cat([Ya, *here, err2.partial[1:]]), err2
+
+
+def _crossing(rhs, t: float, y: torch.Tensor) -> tuple[float, float, float]:
+    """``(t, |y|, g)`` at a crossing state."""
+    return t, float(y.norm()), _log_rate(rhs, t, y)
+
+
+def _index(a, b) -> float:
+    """Blow-up index ``Δlog g / Δlog |y|`` between crossings ``a = (t, |y|, g)`` and ``b``."""
+    if min(a[2], b[2]) <= 0 or b[1] <= a[1]:
+        return math.inf
+    return math.log(b[2] / a[2]) / math.log(b[1] / a[1])
+
+
+def _growth_message(a, b, q, M_a, M_b) -> tuple[float, str]:
+    rate = math.log(b[1] / a[1]) / (b[0] - a[0])
+    return rate, (
+        f"unbounded growth, no finite-time singularity: |entries| crossed "
+        f"{M_a:.1e} at t = {a[0]:.6g} and {M_b:.1e} at t = {b[0]:.6g} (mean "
+        f"rate {rate:.4g}); the log-rate ⟨y, y'⟩/|y|² went from {a[2]:.4g} to "
+        f"{b[2]:.4g} (blow-up index {q:.3g}: a singularity (T* − t)^-p has 1/p)"
+    )
+
+
+def _crossing_test(rhs, y_M, t_M, t0, M, crossings, method, opts):
+    """Continue from the crossing of ``M`` one decade at a time, up to ``10⁴ M``.
+
+    ``crossings``: ``[(t, |y|, g), ...]`` at the bounds crossed so far, ``(bound, ...)``
+    pairs. At each new decade the blow-up index against the crossing two or more decades
+    below it decides growth when it is at most :data:`_GROWTH_INDEX` (a growth whose rate
+    is still settling, e.g. rotating growing directions); a singularity keeps its index
+    ``1/p``. At ``10⁴ M`` converging crossing times mean a singularity. Returns
+    ``(outcome, blowup_time, growth_rate, message)``.
+    """
+    horizon = t_M + 2 * (t_M - t0) + 1
+    M2 = M * _CONTINUE_FACTOR
+    y, t_k, M_k = y_M, t_M, M
+    while M_k < M2:
+        M_next = M_k * 10
+        try:
+            Y = odeint(
+                rhs,
+                y,
+                [t_k, horizon],
+                method=method,
+                max_abs=M_next,
+                **_restart(rhs, t_k, y, method, opts),
+            )
+        except BlowUpError as err:
+            if err.state is None:  # the step size underflowed: a singularity
+                t2 = err.time
+                break
+            y, t_k, M_k = err.state, err.time, M_next
+            here = _crossing(rhs, t_k, y)
+            below = [c for b, c in crossings if b <= M_k / 10**_INDEX_DECADES]
+            crossings.append((M_k, here))
+            if below:
+                q = _index(below[-1], here)
+                if q <= _GROWTH_INDEX:
+                    M_b = max(b for b, _ in crossings if b <= M_k / 10**_INDEX_DECADES)
+                    rate, message = _growth_message(below[-1], here, q, M_b, M_k)
+                    return "growth", None, rate, message
+            continue
+        # below the next decade at the horizon: growth that slow takes infinite time
+        n_h = float(Y[-1].norm())
+        rate = math.log(n_h / float(y_M.norm())) / (horizon - t_M)
+        return (
+            "growth",
+            None,
+            rate,
+            (
+                f"unbounded growth: |entries| > {M:.1e} at t = {t_M:.6g}, not "
+                f"{M_next:.1e} by t = {horizon:.6g} (mean rate {rate:.4g} since {M:.1e})"
+            ),
+        )
+    else:
+        t2 = t_k
+    if abs(t2 - t_M) <= 1e-3 * (t_M - t0):
+        return (
+            "blowup",
+            t2,
+            None,
+            (
+                f"finite-time singularity at t = {t2:.10g} (|entries| crossed "
+                f"{M:.1e} at t = {t_M:.10g}, {M2:.1e} at t = {t2:.10g})"
+            ),
+        )
+    rate = math.log(_CONTINUE_FACTOR) / (t2 - t_M)
+    return (
+        "growth",
+        None,
+        rate,
+        (
+            f"unbounded growth, no finite-time singularity: |entries| crossed "
+            f"{M:.1e} at t = {t_M:.6g} and {M2:.1e} at t = {t2:.6g} (rate {rate:.4g})"
+        ),
+    )
+
+
 def _classify(rhs, y0: torch.Tensor, times: np.ndarray, M: float, method: str, opts):
     """Integrate to the bound ``M``; past it, tell a singularity from growth.
 
+    The flow stops at ``M / 100`` and at ``M``; the log-rate ``g`` at both crossing states
+    gives the blow-up index ``q = Δlog g / Δlog |y|`` (``1/p`` for a singularity
+    :math:`(T^*-t)^{-p}`, 0 for exponential growth). ``q ≤`` :data:`_GROWTH_INDEX` is growth
+    at the mean rate Δlog|y|/Δt between them, with no integration past ``M`` (where the
+    field of a growing covariance is stiff and its small directions are lost to round-off);
+    otherwise :func:`_crossing_test`.
     Returns ``(Y, outcome, blowup_time, growth_rate, threshold_time, message)`` with ``Y``
     the states at the requested times before the threshold (NumPy).
     """
-    blow_t = rate = cross_t = None
+    M_a = M / 10**_INDEX_DECADES
     try:
-        Y = odeint(rhs, y0, times, method=method, max_abs=M, **opts).numpy()
-        return Y, "finite", None, None, None, "finite on the whole interval"
+        Y = odeint(rhs, y0, times, method=method, max_abs=M_a, **opts)
+        return Y.numpy(), "finite", None, None, None, "finite on the whole interval"
     except BlowUpError as err:
-        Y, cross_t = err.partial.numpy(), err.time
-        t_k = float(err.times[-1])
-    horizon = t_k + 2 * (cross_t - times[0]) + 1
-    M2 = M * _CONTINUE_FACTOR
-    last = torch.from_numpy(Y[-1])
-    try:
-        odeint(rhs, last, [t_k, horizon], method=method, max_abs=M2, **opts)
-        rate = math.log(_CONTINUE_FACTOR) / (horizon - cross_t)
-        message = (
-            f"unbounded growth: |entries| > {M:.1e} at t = {cross_t:.6g}, not "
-            f"{M2:.1e} by t = {horizon:.6g} (rate ≥ {rate:.4g})"
-        )
-        return Y, "growth", None, rate, cross_t, message
-    except ValueError as err2:
-        # the moment field needs a PSD covariance; past the threshold round-off can break it
+        first = err
+    except ValueError as err:  # round-off broke PSD before the first crossing
         raise FlowDiverged(
-            f"|entries| crossed {M:.1e} at t = {cross_t:.6g}; continuing towards "
-            f"{M2:.1e} to tell a singularity from growth lost positive "
-            f"semi-definiteness through round-off ({err2}). Lower blowup_threshold.",
-            time=cross_t,
-            partial=Y,
-            times=np.asarray(times[: len(Y)]),
+            f"lost positive semi-definiteness through round-off before |entries| reached "
+            f"{M_a:.1e} ({err}). Lower blowup_threshold."
         ) from None
-    except BlowUpError as err2:
-        t2 = err2.time
-    if abs(t2 - cross_t) <= 1e-3 * (cross_t - times[0]):
-        blow_t = t2
-        message = (
-            f"finite-time singularity at t = {t2:.10g} (|entries| crossed "
-            f"{M:.1e} at t = {cross_t:.10g}, {M2:.1e} at t = {t2:.10g})"
+    Y, err_M = (first.partial, first) if first.state is None else (None, None)
+    if Y is None:  # resume at the crossing of M / 100 towards M
+        try:
+            Y, err_M = _resume(rhs, first, times, M, method, opts)
+        except ValueError as err2:
+            raise _lost_psd(
+                err2, first.time, M_a, M, first.partial.numpy(), times
+            ) from None
+        if err_M is None:
+            return Y.numpy(), "finite", None, None, None, "finite on the whole interval"
+    t_M = err_M.time
+    Y = Y.numpy()
+    crossings = []  # (bound, (t, |y|, g)) at each crossing with its state
+    for bound, e in ((M_a, first), (M, err_M)):
+        if e.state is not None and not (bound == M and e is first):
+            crossings.append((bound, _crossing(rhs, e.time, e.state)))
+    if len(crossings) == 2:
+        q = _index(crossings[0][1], crossings[1][1])
+        if q <= _GROWTH_INDEX:
+            # the mean log-rate over the two decades: g itself can oscillate when the
+            # growing directions rotate
+            rate, message = _growth_message(crossings[0][1], crossings[1][1], q, M_a, M)
+            return Y, "growth", None, rate, t_M, message
+    y_M = err_M.state if err_M.state is not None else torch.from_numpy(Y[-1])
+    t_start = t_M if err_M.state is not None else float(times[len(Y) - 1])
+    try:
+        outcome, blow_t, rate, message = _crossing_test(
+            rhs, y_M, t_start, float(times[0]), M, crossings, method, opts
         )
-        return Y, "blowup", blow_t, None, cross_t, message
-    rate = math.log(_CONTINUE_FACTOR) / (t2 - cross_t)
-    message = (
-        f"unbounded growth, no finite-time singularity: |entries| crossed "
-        f"{M:.1e} at t = {cross_t:.6g} and {M2:.1e} at t = {t2:.6g} "
-        f"(rate {rate:.4g})"
+    except ValueError as err2:
+        raise _lost_psd(err2, t_M, M, M * _CONTINUE_FACTOR, Y, times) from None
+    return Y, outcome, blow_t, rate, t_M, message
+
+
+def _lost_psd(err, t_from, M_from, M_to, Y, times) -> FlowDiverged:
+    # the moment field needs a PSD covariance; at large entries round-off can break it
+    return FlowDiverged(
+        f"|entries| crossed {M_from:.1e} at t = {t_from:.6g}; continuing towards "
+        f"{M_to:.1e} to tell a singularity from growth lost positive semi-definiteness "
+        f"through round-off ({err}). Lower blowup_threshold.",
+        time=t_from,
+        partial=Y,
+        times=np.asarray(times[: len(Y)]),
     )
-    return Y, "growth", None, rate, cross_t, message
 
 
 def gaussian_flow(
@@ -253,15 +419,25 @@ def gaussian_flow(
     ``"bdf"``, ``"radau"``, ``"lsoda"``).
 
     When an entry first exceeds ``blowup_threshold`` (:math:`M`, at time :math:`T_M`) the
-    flow is continued to :math:`M' = 10^4 M`. A finite-time singularity has converging
-    crossing times (:math:`T^* - T_M = O(M^{-1/p})` for a singularity like
-    :math:`(T^*-t)^{-p}`): if :math:`|T_{M'} - T_M| \le 10^{-3}(T_M - t_0)`, ``blowup_time``
-    is :math:`T_{M'}` (or where the step size underflows). Otherwise the growth takes
-    infinite time (exponential growth has :math:`T_{M'} - T_M = \ln 10^4 / r`):
-    ``blowup_time`` is None and ``growth_rate`` is :math:`r = \ln 10^4 / (T_{M'} - T_M)` (a
-    lower bound when :math:`M'` is not reached within :math:`2(T_M - t_0) + 1`). The arrays
-    hold the requested times before :math:`T_M`. The same test on :math:`\Sigma` alone gives
-    ``cov_fate`` (the mean can grow like :math:`e^{rt}` while the covariance clusters).
+    fate is decided in two steps. First the blow-up index: the log-rate
+    :math:`g = \langle y, \dot y\rangle / \lvert y\rvert^2` of the state :math:`y` at the
+    crossings of :math:`M/100` and :math:`M` gives
+    :math:`q = \Delta\log g / \Delta\log\lvert y\rvert`, which is :math:`1/p` for a
+    singularity like :math:`(T^*-t)^{-p}` and 0 for exponential growth. If
+    :math:`q \le 0.1` the growth takes infinite time: ``blowup_time`` is None,
+    ``growth_rate`` is the mean rate :math:`\Delta\log\lvert y\rvert / \Delta t` between
+    the two crossings, and nothing is integrated past
+    :math:`M` (a growing covariance's field is stiff there, and its small directions are
+    lost to round-off). Otherwise the flow is continued to :math:`M' = 10^4 M`: converging
+    crossing times (:math:`T^* - T_M = O(M^{-1/p})`), :math:`|T_{M'} - T_M| \le
+    10^{-3}(T_M - t_0)`, make ``blowup_time`` :math:`T_{M'}` (or where the step size
+    underflows); else the growth takes infinite time with ``growth_rate``
+    :math:`r = \ln 10^4 / (T_{M'} - T_M)` (a lower bound when :math:`M'` is not reached
+    within :math:`2(T_M - t_0) + 1`). The arrays hold the requested times before
+    :math:`T_M`. The same test on :math:`\Sigma` alone gives ``cov_fate`` (the mean can grow
+    like :math:`e^{rt}` while the covariance clusters). Round-off that breaks the
+    covariance's positive semi-definiteness on the way raises
+    :class:`~attnbook.errors.FlowDiverged`.
     """
     start = time.perf_counter()
     a0 = _to_numpy(mean0, "mean0")
@@ -297,10 +473,11 @@ def gaussian_flow(
     )
     cov = Y[:, d:].reshape(-1, d, d)
     cov = (cov + cov.transpose(0, 2, 1)) / 2
-    if kind in _COV_AUTONOMOUS:
+    if kind in _COV_AUTONOMOUS and a0.any():
         res = _classify(rhs_cov, torch.from_numpy(S0), times, M, method, opts)
         S_alone = (res[0] + res[0].transpose(0, 2, 1)) / 2
-    else:
+    else:  # linear attention, or α₀ = 0: α' is linear in α, so α stays 0 and the
+        # state's fate is that of Σ alone
         res, S_alone = (Y, outcome, blow_t, rate, cross_t, message), cov
     cov_fate = Fate(
         outcome=res[1],
