@@ -80,7 +80,7 @@ class Fate:
     t: np.ndarray  #: (m,) requested times reached before the threshold
     values: np.ndarray  #: (m, ...) the part at those times
     blowup_time: float | None = None  #: time of the singularity when ``"blowup"``
-    #: rate r of the growth (|y| ~ e^{rt}) when ``"growth"``: Δlog|y|/Δt between the
+    #: rate r of the growth (``|y| ~ e^{rt}``) when ``"growth"``: ``Δlog|y|/Δt`` between the
     #: crossings of M/100 and M, or from those of M and 10⁴ M (see :func:`gaussian_flow`)
     growth_rate: float | None = None
     threshold_time: float | None = None  #: first crossing of the threshold, else None
@@ -89,15 +89,15 @@ class Fate:
 
 @dataclass(frozen=True)
 class GaussianFlow:
-    """Solution of the moment ODEs at the requested times reached before the threshold.
+    r"""Solution of the moment ODEs at the requested times reached before the threshold.
 
-    The state :math:`(\alpha, \\Sigma)` has exactly one of three fates: finite on the whole
+    The state :math:`(\alpha, \Sigma)` has exactly one of three fates: finite on the whole
     interval (``blowup_time`` and ``growth_rate`` None); a finite-time singularity
     (``blowup_time`` its time); or unbounded growth that takes infinite time (``blowup_time``
     None, ``growth_rate`` its exponential rate where it crossed the threshold, see
     :func:`gaussian_flow`). ``threshold_time``: when an entry first exceeded
     ``blowup_threshold`` (None if never). The mean can grow while the covariance clusters,
-    so ``cov_fate`` is the fate of :math:`\\Sigma` alone (its own ODE, which for every kind
+    so ``cov_fate`` is the fate of :math:`\Sigma` alone (its own ODE, which for every kind
     but linear does not involve :math:`\alpha`; for linear attention, that of the coupled
     state).
     """
@@ -108,7 +108,7 @@ class GaussianFlow:
     blowup_time: float | None  #: time of a finite-time singularity, else None
     kind: str
     message: str = ""
-    #: rate r of the growth (|state| ~ e^{rt} where it crossed the threshold), else None
+    #: rate r of the growth (``|state| ~ e^{rt}`` where it crossed the threshold), else None
     growth_rate: float | None = None
     threshold_time: float | None = None  #: first crossing of the threshold, else None
     wall_s: float = 0.0  #: wall-clock seconds of the call
@@ -335,7 +335,7 @@ def _classify(rhs, y0: torch.Tensor, times: np.ndarray, M: float, method: str, o
     The flow stops at ``M / 100`` and at ``M``; the log-rate ``g`` at both crossing states
     gives the blow-up index ``q = Δlog g / Δlog |y|`` (``1/p`` for a singularity
     :math:`(T^*-t)^{-p}`, 0 for exponential growth). ``q ≤`` :data:`_GROWTH_INDEX` is growth
-    at the mean rate Δlog|y|/Δt between them, with no integration past ``M`` (where the
+    at the mean rate ``Δlog|y|/Δt`` between them, with no integration past ``M`` (where the
     field of a growing covariance is stiff and its small directions are lost to round-off);
     otherwise :func:`_crossing_test`.
     Returns ``(Y, outcome, blowup_time, growth_rate, threshold_time, message)`` with ``Y``

@@ -357,21 +357,21 @@ def _roundoff_scales(kind, a, S, *, A=None, V=None, Q=None, K=None):
 def closed_form_gaps(
     seed: int, dims=range(1, 6), *, in_roundoff_units: bool = False
 ) -> dict[str, float]:
-    """Largest gap between the lambdified SymPy moment equations and the hand-typed closed
+    r"""Largest gap between the lambdified SymPy moment equations and the hand-typed closed
     forms of :mod:`attnbook.pde.closed_forms` (softmax, ℓ², linear) on random inputs.
 
     The gap is the max of the absolute mean error and the relative covariance error over
     ``dims``. With ``in_roundoff_units`` each gap is divided by its float64 round-off bound
-    before the max: twice (two evaluations, each in error) Higham's :math:`\\gamma_n = nu`
+    before the max: twice (two evaluations, each in error) Higham's :math:`\gamma_n = nu`
     for the :math:`n = 3d + 4` inner dimensions of the longest product, times the size of the
     terms (the forms evaluated on absolute values, times the condition number of an inverted
     matrix). Without an inverse (softmax, linear) the bound is rigorous. Random inputs can
     nearly cancel (a d = 1 draw with :math:`K^\top Q` 6600 times smaller than
     :math:`|K|^\top|Q|`), so a fixed bound on the plain gap holds only for the seeds it was
     set at; in these units a correct formula stays below 1 and a wrong one, off by the
-    terms' own size, is off by :math:`1/(2nu)` or more. Sinkhorn is not included: its right-hand side uses the closed-form
-    root itself (checked by :func:`sinkhorn_fixed_point_residual` and against POT in the
-    tests).
+    terms' own size, is off by :math:`1/(2nu)` or more. Sinkhorn is not included: its
+    right-hand side uses the closed-form root itself (checked by
+    :func:`sinkhorn_fixed_point_residual` and against POT in the tests).
     """
     from . import closed_forms as cf
 
