@@ -77,6 +77,42 @@ def test_flow_matches_the_identity_value_closed_form():
     assert not fl.exploded.any() and np.isinf(fl.explode_time).all()
 
 
+@pytest.mark.parametrize("method", ["bdf", "radau", "lsoda"])
+def test_stiff_methods_match_the_closed_form(method):
+    # an independent check: the identity-value closed form, over a horizon where the
+    # collapsed direction makes the explicit flow stiff
+    grid = figs.trace_one_grid(4, radius=0.5)
+    An = -np.outer([1.0, 0.5], [1.0, 0.5])
+    t = np.array([0.0, 1.0, 10.0, 300.0])
+    fl = figs.batched_covariance_flow(grid, t, kind="softmax", A=An, method=method)
+    for b, S0 in enumerate(grid):
+        np.testing.assert_allclose(
+            fl.cov[:, b], cf.identity_value_covariance(t, S0, An), atol=1e-6
+        )
+    assert not fl.exploded.any()
+
+
+def test_stiff_method_flags_the_same_explosions():
+    grid = figs.trace_one_grid(3, radius=0.5)
+    t = np.array([0.0, 0.5, 5.0])
+    runs = [
+        figs.batched_covariance_flow(grid, t, kind="softmax", A=A_sign, method=m)
+        for A_sign in (np.eye(2), -np.eye(2))
+        for m in ("dopri5", "bdf")
+    ]
+    assert runs[0].exploded.all() and runs[1].exploded.all()
+    np.testing.assert_array_equal(runs[0].explode_time, runs[1].explode_time)
+    assert not runs[2].exploded.any() and not runs[3].exploded.any()
+    np.testing.assert_allclose(runs[2].cov, runs[3].cov, atol=1e-6)
+
+
+def test_flow_refuses_a_fixed_step_method():
+    with pytest.raises(ValueError, match="method must be one of"):
+        figs.batched_covariance_flow(
+            np.eye(2), [0.0, 1.0], kind="softmax", A=-np.eye(2), method="rk4"
+        )
+
+
 def test_flow_flags_explosions():
     fl = figs.batched_covariance_flow(
         np.eye(2) / 2, [0.0, 5.0], kind="softmax", A=np.eye(2)

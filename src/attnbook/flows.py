@@ -49,6 +49,7 @@ __all__ = [
     "odeint_stiff",
     "odeint",
     "ODE_METHODS",
+    "check_adaptive_method",
 ]
 
 #: The method names :func:`odeint` takes; the last three go to :func:`odeint_stiff`.
@@ -80,6 +81,15 @@ def check_times(t, name: str = "t") -> np.ndarray:
     if not np.all(np.diff(arr) > 0):
         raise ValueError(f"{name} must be strictly increasing")
     return arr
+
+
+def check_adaptive_method(method, name: str = "method") -> str:
+    """``method`` when it is one of :data:`ODE_METHODS` with an adaptive step (all but
+    ``"rk4"``: a fixed step cannot locate a blow-up or follow a stiff flow), else ValueError."""
+    adaptive = tuple(m for m in ODE_METHODS if m != "rk4")
+    if not isinstance(method, str) or method not in adaptive:
+        raise ValueError(f"{name} must be one of {adaptive}, got {method!r}")
+    return method
 
 
 def _progress(total: int, progress: bool | None, desc: str):

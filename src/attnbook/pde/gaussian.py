@@ -31,7 +31,7 @@ import torch
 
 from ..attention import resolve_kind
 from ..errors import BlowUpError, FlowDiverged
-from ..flows import ODE_METHODS, check_times, odeint
+from ..flows import check_adaptive_method, check_times, odeint
 from ..linalg import check_psd
 from ..validation import as_float64_array, check_positive
 from .particles import resolve_params
@@ -179,15 +179,6 @@ def moment_field(kind: str, d: int, *, A=None, V=None, Q=None, K=None, heads=Non
         return dm, (dS + dS.T) / 2
 
     return f
-
-
-def _check_method(method) -> None:
-    # both solvers here need adaptive steps: a fixed-step RK4 cannot locate a blow-up
-    if method not in ODE_METHODS or method == "rk4":
-        raise ValueError(
-            f"method must be one of {tuple(m for m in ODE_METHODS if m != 'rk4')}, "
-            f"got {method!r}"
-        )
 
 
 def _log_rate(rhs, t: float, y: torch.Tensor) -> float:
@@ -451,7 +442,7 @@ def gaussian_flow(
             "kind 'sigmoid' has no Gaussian closure (its velocity is not affine on a "
             "Gaussian); simulate particles instead"
         )
-    _check_method(method)
+    check_adaptive_method(method)
     M = check_positive(blowup_threshold, "blowup_threshold")
     field = moment_field(kind, d, **params)
     kind = resolve_kind(kind, GAUSSIAN_FLOW_KINDS)
@@ -536,7 +527,7 @@ def covariance_flow(
     horizons, where a clustering covariance decays like 1/t beside modes of rate one; BDF and
     Radau are told that the ``B`` systems are independent (a block-diagonal Jacobian).
     """
-    _check_method(method)
+    check_adaptive_method(method)
     S0 = torch.as_tensor(_to_numpy(cov0, "cov0"))
     if S0.ndim == 2:
         S0 = S0[None]
