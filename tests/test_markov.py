@@ -161,9 +161,20 @@ def test_estimate_chain_recovers_P():
     P_hat, pi_hat = estimate_chain(x, 4)
     assert float((P_hat - P).abs().max()) < 0.01
     assert float((pi_hat - stationary(P)).abs().max()) < 0.01
-    # one stream = the rows concatenated, minus the transitions across rows
+    # counts within rows only, against an independent NumPy count; the flat stream also
+    # counts the 1999 transitions across rows, so its estimate differs
+    xn = x.numpy()
+    n = np.zeros((4, 4))
+    np.add.at(n, (xn[:, :-1].ravel(), xn[:, 1:].ravel()), 1)
+    np.testing.assert_allclose(P_hat.numpy(), n / n.sum(1, keepdims=True), rtol=1e-12)
+    np.testing.assert_allclose(
+        pi_hat.numpy(), np.bincount(xn.ravel(), minlength=4) / xn.size
+    )
     P_flat, _ = estimate_chain(x.reshape(-1), 4)
-    assert float((P_flat - P_hat).abs().max()) < 0.01
+    flat = xn.ravel()
+    np.add.at(n, (flat[99:-1:100], flat[100::100]), 1)  # add the cross-row pairs
+    np.testing.assert_allclose(P_flat.numpy(), n / n.sum(1, keepdims=True), rtol=1e-12)
+    assert not torch.equal(P_flat, P_hat)
     with pytest.raises(ValueError, match="tokens"):
         estimate_chain(torch.tensor([0, 5]), 4)
     with pytest.raises(TypeError, match="tokens"):

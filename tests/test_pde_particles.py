@@ -340,8 +340,20 @@ def test_public_input_helpers(cloud):
 
 def test_kind_aliases_come_from_attention():
     x = RNG.normal(size=(5, 2))
-    for alias in KIND_ALIASES:
-        velocity(x, kind=alias, **({"A": np.eye(2)[None]} if "head" in alias else {}))
+    A = np.array([[0.7, -0.2], [0.4, 1.1]])
+    for alias, kind in KIND_ALIASES.items():
+        kw = {"A": A[None]} if kind == "multihead" else {"A": A}
+        if kind == "l2":
+            kw = {"Q": A, "K": A.T}
+        # each alias gives its canonical kind's field, and the kinds differ from softmax
+        np.testing.assert_array_equal(
+            np.asarray(velocity(x, kind=alias, **kw)),
+            np.asarray(velocity(x, kind=kind, **kw)),
+        )
+        if kind == "l2":
+            assert not np.allclose(
+                velocity(x, kind="l2", **kw), velocity(x, kind="softmax", A=A)
+            )
     with pytest.raises(ValueError, match="kind"):
         velocity(x, kind="cosine")
 
