@@ -8,13 +8,16 @@ PY     := $(VENV)/bin/python
 TORCH_CPU ?= torch==2.13.0
 MATHJAX_VERSION ?= 3.2.2
 MATHJAX_DIR := book/_mathjax/mathjax
+# KaTeX, Colab's renderer of Markdown math: the notebook math test renders every span with it
+KATEX_VERSION ?= 0.16.47
+KATEX_JS := _build/katex/katex.js
 # nbval workers: one per core, chapters are single-threaded
 JOBS ?= 2
 export OMP_NUM_THREADS ?= 1
 export PYDEVD_DISABLE_FILE_VALIDATION = 1
 
 .PHONY: chromium pdf test-browser
-.PHONY: help venv lock lint format test test-units test-chapters test-seeds test-numeric-paths book clean sync-notebooks bench duplicates
+.PHONY: katex help venv lock lint format test test-units test-chapters test-seeds test-numeric-paths book clean sync-notebooks bench duplicates
 
 help:
 	@echo "make test   - set up .venv, lint, run unit tests and execute every chapter with nbval"
@@ -22,6 +25,7 @@ help:
 	@echo "make test-numeric-paths - after make test: every chapter under MKL's other code paths"
 	@echo "make lock   - refresh requirements-lock.txt and environment.yml from pyproject.toml"
 	@echo "make lint   - ruff check + format check of src, tests, bench and the chapters' code"
+	@echo "make katex  - fetch KaTeX (npm) for the test that renders every notebook's math as Colab does"
 	@echo "make format - apply ruff's fixes and formatting (chapters through jupytext)"
 	@echo "make duplicates - repeated code in src/ and in the chapters' code (the duplicates command)"
 	@echo "make book   - set up .venv, execute every chapter and build the HTML book (-W)"
@@ -79,12 +83,12 @@ duplicates:
 	  printf "src: "; duplicates --repo src --most 40; \
 	  $(PYTHON) tools/chapter_code.py --duplicates --most 40
 
-test: venv lint
+test: venv lint $(KATEX_JS)
 	rm -rf _build/ledger
 	$(PY) -m pytest -n $(JOBS) --dist loadfile -m "not ledger" --nbval-lax --durations=15
 	$(PY) -m pytest -m ledger --nbval-lax
 
-test-units: venv
+test-units: venv $(KATEX_JS)
 	$(PY) -m pytest -n $(JOBS) tests
 
 # every chapter under other seeds: each claim must hold for any seed (records kept apart)
@@ -107,6 +111,11 @@ test-numeric-paths: venv
 
 test-chapters: venv
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax book
+
+$(KATEX_JS): | venv
+	$(PY) tools/build_tools.py fetch-katex --version $(KATEX_VERSION) --dest $(dir $(KATEX_JS))
+
+katex: $(KATEX_JS)
 
 $(MATHJAX_DIR)/tex-chtml.js:
 	$(PY) tools/build_tools.py fetch-mathjax --version $(MATHJAX_VERSION) --dest $(MATHJAX_DIR)

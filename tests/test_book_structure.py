@@ -91,15 +91,32 @@ def test_check_html_finds_problems(tmp_path):
         '<a href="https://colab.research.google.com/github/o/r/blob/main/book/ch.ipynb">ok</a>'
         '<a href="https://colab.research.google.com/github/o/r/blob/main/book/nope.ipynb">bad</a>'
     )
+    (tmp_path / "_config.yml").write_text("html:\n  baseurl: https://o.example/r\n")
+    (html / "book").mkdir()
+    (html / "book" / "ch.html").write_text('<span id="prop-a"></span>')
+    base = "https://o.example/r/book"
+    links = [f"{base}/ch.html#prop-a", f"{base}/ch.html#prop-b", f"{base}/gone.html"]
+    (tmp_path / "book" / "ch.ipynb").write_text(
+        json.dumps(
+            {
+                "cells": [
+                    {
+                        "cell_type": "markdown",
+                        "source": "".join(f"[x]({u}) " for u in links),
+                    }
+                ]
+            }
+        )
+    )
     report = build_tools.check_html(html, tmp_path)
     text = "\n".join(report["problems"])
     assert report["images"] == 2 and report["colab_links"] == 2
-    assert (
-        "gone.png" in text
-        and "not local" in text
-        and "nope.ipynb" in text
-        and "ch.ipynb" not in text
-    )
+    assert "gone.png" in text and "not local" in text and "nope.ipynb" in text
+    assert not any("Colab link" in p and "/ch.ipynb " in p for p in report["problems"])
+    # links from the notebooks into the published book: a missing id and a missing page
+    assert report["notebook_links"] == 3
+    assert "no id 'prop-b'" in text and "gone.html names no page" in text
+    assert "prop-a" not in text
 
 
 def test_code_lines_fit_the_page():

@@ -66,10 +66,84 @@ def test_notebooks_hold_no_raw_myst_and_link_to_the_published_book():
             src = cell["source"]
             assert not RAW_MYST.search(src), f"{path.name}: raw MyST in {src[:200]!r}"
             for link in re.findall(r"\]\(([^)\s]+)\)", src):
-                assert link.startswith(("https://", "http://", "#")), (
-                    f"{path.name}: relative link {link}"
+                # a label's anchor is the published page's: Colab scrolls only to headings
+                assert link.startswith(("https://", "http://")), (
+                    f"{path.name}: relative or in-notebook link {link}"
                 )
                 assert ".ipynb" not in link, f"{path.name}: {link}"
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("a $x\n+ y$ b", "list marker"),  # Markdown makes `+ y$ b` a bullet
+        ("a $x\n- y$ b", "list marker"),
+        (
+            "$$\na\n+ b\n$$",
+            "list marker",
+        ),  # viewers that parse Markdown first break it too
+        ("then\n\\$$ x $$ y", "escaped dollar"),  # a converter's trace of display math
+        ("one $x$ and $y", "odd number"),
+        ("$\\lambda_\\max$", "lambda_{\\max}"),
+    ],
+)
+def test_math_problems_finds_what_a_viewer_breaks(text, problem):
+    found = colab.math_problems(text)
+    assert len(found) >= 1 and problem in found[0], found
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "$x$\n\n- a bullet with $y$",  # a real list after a closed span
+        "$$\na +\nb\n$$\n-x $y$",  # an operator ending a line; '-x' is no list marker
+        "cost `$5` and $x$",  # dollars in code spans
+        "```\n$ echo\n```\n$\\lambda_{\\max}$",
+    ],
+)
+def test_math_problems_accepts_good_math(text):
+    assert colab.math_problems(text) == []
+
+
+def test_every_notebook_and_chapter_has_whole_math():
+    import jupytext
+
+    found = []
+    for path in NOTEBOOKS + sorted((ROOT / "notebooks" / "student").rglob("*.ipynb")):
+        for i, cell in enumerate(_nb(path)["cells"]):
+            if cell["cell_type"] == "markdown":
+                found += [
+                    f"{path.name} cell {i}: {p}"
+                    for p in colab.math_problems(cell["source"])
+                ]
+    for md in colab.notebook_chapters(ROOT):
+        for cell in jupytext.read(md).cells:
+            if cell.cell_type == "markdown":
+                found += [f"{md.name}: {p}" for p in colab.math_problems(cell.source)]
+    assert not found, "\n".join(found)
+
+
+def test_math_spans_and_katex_refusals():
+    spans = colab.math_spans("a $x$ `$no$` b\n$$\n\\frac12\n$$ and $\\lambda_\\max$")
+    assert spans == [("x", False), ("\n\\frac12\n", True), ("\\lambda_\\max", False)]
+    refused = colab.katex_refusals(spans + [("\\frac{1}{", True)])
+    assert set(refused) == {2, 3} and "KaTeX parse error" in refused[2]
+
+
+def test_notebook_math_renders_in_katex():
+    # Colab renders Markdown math with KaTeX, which refuses some TeX that MathJax accepts
+    spans, where = [], []
+    for path in NOTEBOOKS:
+        for i, cell in enumerate(_nb(path)["cells"]):
+            if cell["cell_type"] == "markdown":
+                got = colab.math_spans(cell["source"])
+                spans += got
+                where += [f"{path.name} cell {i}"] * len(got)
+    assert len(spans) > 1000  # every chapter's math, not an empty extraction
+    refused = colab.katex_refusals(spans)
+    assert not refused, "\n".join(
+        f"{where[i]}: {spans[i][0][:60]!r}: {e}" for i, e in refused.items()
+    )
 
 
 def test_solutions_are_at_the_end():

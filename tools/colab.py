@@ -64,6 +64,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -204,6 +205,7 @@ _LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)\s]+?)\.ipynb(#[^)\s]*)?\)")
 _CITE = re.compile(r"\[((?:\[[^\]]+\]\([^)]*bibliography\.html[^)]*\)(?:,\s*)?)+)\]")
 _EXERCISE = re.compile(r"^#+\s+\((.*)\)(Exercise [\d.]+)\s*$", flags=re.M)
 _SOLUTION = re.compile(r"#+\s+Solution to\s*\[\s*(Exercise [^\]]*)\]\([^)]*\)[^\n]*\n?")
+_LOCAL_ANCHOR = re.compile(r"\]\(#([^)\s]+)\)")
 _INLINE_MATH = re.compile(r"(?<![\$\\])\$ ([^$]+?) \$(?!\$)")
 
 
@@ -223,17 +225,116 @@ def _fix_markdown(text: str, docname: str, rel: Release) -> str:
     def link(m):
         target = _page_of(m.group(1), docname)
         anchor = m.group(2) or ""
-        if target.endswith("bibliography"):
-            anchor = ""  # the builder's citation ids are not the HTML page's
+        if target.endswith("bibliography") and not anchor.startswith("#cite-"):
+            anchor = ""  # only the entries' ids (bibtex_cite_id) are the HTML page's
         return f"]({rel.page_url(target)}{anchor})"
 
     text = _LINK.sub(link, text)
+    # a label of this chapter (a proposition, an equation) is an anchor of its published page,
+    # not of the notebook: Colab scrolls only to headings
+    text = _LOCAL_ANCHOR.sub(lambda m: f"]({rel.page_url(docname)}#{m.group(1)})", text)
     # [[Chen et al., 2026](…)] → ([Chen et al., 2026](…))
     text = _CITE.sub(lambda m: f"({m.group(1)})", text)
     text = _EXERCISE.sub(lambda m: f"### {m.group(2)} ({m.group(1)})\n", text)
     text = text.replace("**Proof.**\n\nProof. ", "**Proof.** ")
     text = _INLINE_MATH.sub(lambda m: f"${m.group(1).strip()}$", text)
     return text
+
+
+# --- math that a Markdown viewer (Colab, Jupyter, GitHub) would break --------------------------
+
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+_BULLET = re.compile(r"^\s{0,3}[-+*]\s")
+_DOLLARS = re.compile(r"\$\$|\$")
+#: macros that KaTeX-based viewers refuse or MathJax reads differently, with their fixes
+_BAD_MACROS = {
+    "\\lambda_\\max": "\\lambda_{\\max}",
+    "\\lambda_\\min": "\\lambda_{\\min}",
+}
+
+
+def math_problems(text: str) -> list[str]:
+    """What in one Markdown cell would reach a reader as broken math (empty when none).
+
+    Checked: an escaped dollar (``\\$``, what a converter leaves of display math it could not
+    place); an odd number of ``$`` in a paragraph (an unclosed span); a line that starts with a
+    list marker inside inline or display math (a viewer that parses Markdown before math reads
+    ``+ x`` or ``- x`` at the start of a line as a bullet, cutting the formula in two); macros
+    in :data:`_BAD_MACROS`. Code spans and
+    fenced code are skipped.
+    """
+    problems, fenced = [], False
+    paragraphs, current = [], []
+    for line in text.split("\n"):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if line.strip():
+            current.append(_CODE_SPAN.sub("", line))
+        elif current:
+            paragraphs.append(current)
+            current = []
+    if current:
+        paragraphs.append(current)
+    for para in paragraphs:
+        joined = "\n".join(para)
+        if "\\$" in joined:
+            problems.append(f"an escaped dollar \\$ in {joined[:80]!r}")
+        if joined.replace("\\$", "").count("$") % 2:
+            problems.append(f"an odd number of $ in {joined[:80]!r}")
+        inline = display = False  # math open at the start of each line
+        for line in para:
+            if (inline or display) and _BULLET.match(line):
+                problems.append(
+                    f"a list marker starts a line inside math: {line[:60]!r}"
+                )
+            for token in _DOLLARS.findall(line.replace("\\$", "")):
+                if token == "$$":
+                    display = not display
+                else:
+                    inline = not inline
+        for bad, fix in _BAD_MACROS.items():
+            if bad in joined:
+                problems.append(f"{bad} (write {fix}) in {joined[:60]!r}")
+    return problems
+
+
+_FENCE = re.compile(r"^(```|~~~).*?^\1", flags=re.M | re.S)
+_MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$([^$]+?)\$", flags=re.S)
+#: where ``make katex`` puts KaTeX's Node build (outside the book's static files)
+KATEX_JS = ROOT / "_build" / "katex" / "katex.js"
+
+
+def math_spans(text: str) -> list[tuple[str, bool]]:
+    """``(tex, display)`` of every math span of one Markdown cell (code spans and fences
+    skipped), in order."""
+    text = _CODE_SPAN.sub("", _FENCE.sub("", text.replace("\\$", "")))
+    return [
+        (m.group(1), True) if m.group(1) is not None else (m.group(2), False)
+        for m in _MATH_SPAN.finditer(text)
+    ]
+
+
+def katex_refusals(spans: list[tuple[str, bool]], katex_js: Path = KATEX_JS) -> dict:
+    """``{index: KaTeX's error}`` for the ``spans`` that KaTeX (Colab's renderer) refuses,
+    rendered by ``tools/katex_check.js`` in Node. Raises FileNotFoundError without KaTeX
+    (``make katex``) and RuntimeError without Node."""
+    katex_js = Path(katex_js)
+    if not katex_js.is_file():
+        raise FileNotFoundError(f"no KaTeX at {katex_js}: run `make katex`")
+    node = shutil.which("node")
+    if node is None:
+        raise RuntimeError("node is needed to run KaTeX (install Node.js)")
+    out = subprocess.run(
+        [node, str(Path(__file__).with_name("katex_check.js")), str(katex_js)],
+        input=json.dumps([{"tex": t, "display": d} for t, d in spans]),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {r["index"]: r["error"] for r in json.loads(out)}
 
 
 def _new_cell(cell_type: str, source: str, index: str) -> dict:
@@ -544,7 +645,8 @@ def sync(root: Path | None = None) -> list[Path]:
 
 
 def check(root: Path | None = None) -> list[str]:
-    """Problems with the generated notebooks (empty when all are present and current)."""
+    """Problems with the generated notebooks (empty when all are present and current and
+    their math reaches a Markdown viewer whole, :func:`math_problems`)."""
     root = ROOT if root is None else Path(root)
     rel = release(root)
     problems = []
@@ -567,6 +669,7 @@ def check(root: Path | None = None) -> list[str]:
             problems.append(
                 f"{nb_path}: holds outputs (the Colab notebook must be clean)"
             )
+        problems += _math_problems_of(nb, nb_path)
         first_code = next((c for c in nb["cells"] if c["cell_type"] == "code"), None)
         if first_code is None or first_code["source"] != install_cell_source(rel):
             problems.append(
@@ -594,7 +697,17 @@ def _check_student(md: Path, rel: Release, root: Path) -> list[str]:
         problems.append(f"{path}: holds outputs (the student notebook must be clean)")
     if any(BEGIN_SOLUTION in c["source"] for c in nb["cells"]):
         problems.append(f"{path}: holds a solution {fix}")
-    return problems
+    return problems + _math_problems_of(nb, path)
+
+
+def _math_problems_of(nb: dict, path: Path) -> list[str]:
+    fix = "(fix the chapter's Markdown, then `make sync-notebooks`)"
+    return [
+        f"{path}: cell {i}: {problem} {fix}"
+        for i, c in enumerate(nb["cells"])
+        if c["cell_type"] == "markdown"
+        for problem in math_problems(c["source"])
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
