@@ -181,13 +181,20 @@ def test_postprocess_of_a_tojupyter_notebook(tmp_path):
                 "and [Proposition 3](other.ipynb#prop-x); $ x^2 $ and $$\ny\n$$",
             },
             {"cell_type": "code", "source": "x = 1\n", "metadata": {"tags": ["a"]}},
+            {"cell_type": "markdown", "source": "<a id='chapter-x'></a>"},
             {
                 "cell_type": "markdown",
-                "source": "##  (Shift invariance)Exercise 1\n\nShow it.",
+                "source": "By [(1)](#equation-eq-a) and [[Cuturi, 2013]"
+                "(../reference/bibliography.ipynb#cite-cuturi2013)].",
             },
             {
                 "cell_type": "markdown",
-                "source": "## Solution to[ Exercise 1 (Shift invariance)](#ex-shift)\n\nBecause.",
+                "source": "##  (Shift invariance (★, 5 min))Exercise 1\n\nShow it.",
+            },
+            {
+                "cell_type": "markdown",
+                "source": "## Solution to[ Exercise 1 (Shift invariance (★, 5 min))](#ex-shift)"
+                "\n\nBecause.",
             },
             {"cell_type": "code", "source": "assert x == 1", "metadata": {}},
             {"cell_type": "markdown", "source": "## Summary"},
@@ -203,10 +210,19 @@ def test_postprocess_of_a_tojupyter_notebook(tmp_path):
         f"See ([Chen *et al.*, 2026]({base}book/reference/bibliography.html)) and "
         f"[Proposition 3]({base}book/part/other.html#prop-x); $x^2$ and $$\ny\n$$"
     )
-    assert src[3].startswith("### Exercise 1 (Shift invariance)\n")
+    # the anchor-only cell is dropped; a label links to the published page, a citation to
+    # its bibliography entry
+    assert src[3] == (
+        f"By [(1)]({base}book/part/ch.html#equation-eq-a) and ([Cuturi, 2013]"
+        f"({base}book/reference/bibliography.html#cite-cuturi2013))."
+    )
+    src.pop(3)
+    assert src[3].startswith("### Exercise 1: Shift invariance (★, 5 min)\n")
     assert src[4] == "## Summary" and src[5] == "**Proof.** Easy."
     assert src[6].startswith("## Solutions")
-    assert src[7] == "### Solution to Exercise 1 (Shift invariance)\n\nBecause."
+    assert (
+        src[7] == "### Solution to Exercise 1: Shift invariance (★, 5 min)\n\nBecause."
+    )
     assert src[8] == "assert x == 1"
     assert nb["metadata"]["accelerator"] == "GPU"
     assert nb["metadata"]["attnbook"]["source_digest"] == colab.source_digest(md, REL)
@@ -420,8 +436,8 @@ def test_student_notebook_of_a_colab_notebook(tmp_path):
     nb = colab.student_notebook(teacher)
     nbformat.validate(nbformat.from_dict(nb))
     src = [c["source"] for c in nb["cells"]]
-    assert src[1].startswith("### Exercise 1.1 (Prove it")
-    assert src[2].startswith("### Exercise 1.2 (Write f")
+    assert src[1].startswith("### Exercise 1.1: Prove it")
+    assert src[2].startswith("### Exercise 1.2: Write f")
     assert (
         src[3]
         == 'def f(x):\n    raise NotImplementedError("write your code here")\n\n\ncheck("ex-f", f)'

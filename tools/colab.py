@@ -209,6 +209,17 @@ _LOCAL_ANCHOR = re.compile(r"\]\(#([^)\s]+)\)")
 _INLINE_MATH = re.compile(r"(?<![\$\\])\$ ([^$]+?) \$(?!\$)")
 
 
+_TITLED = re.compile(r"^(Exercise [\d.]+) \((.*)\)$", flags=re.S)
+_ANCHOR_ONLY = re.compile(r"^\s*<a id=['\"][^'\"]+['\"]></a>\s*$")
+
+
+def _exercise_title(text: str) -> str:
+    """``Exercise 3.1 (Title (★, 10 min))`` → ``Exercise 3.1: Title (★, 10 min)``: one pair of
+    parentheses in a heading, as in the HTML book."""
+    m = _TITLED.match(text.strip())
+    return f"{m.group(1)}: {m.group(2)}" if m else text.strip()
+
+
 def _page_of(link: str, docname: str) -> str:
     """Resolve a relative ``.ipynb`` link of page ``docname`` to a docname."""
     base = Path(docname).parent
@@ -235,7 +246,7 @@ def _fix_markdown(text: str, docname: str, rel: Release) -> str:
     text = _LOCAL_ANCHOR.sub(lambda m: f"]({rel.page_url(docname)}#{m.group(1)})", text)
     # [[Chen et al., 2026](…)] → ([Chen et al., 2026](…))
     text = _CITE.sub(lambda m: f"({m.group(1)})", text)
-    text = _EXERCISE.sub(lambda m: f"### {m.group(2)} ({m.group(1)})\n", text)
+    text = _EXERCISE.sub(lambda m: f"### {m.group(2)}: {m.group(1)}\n", text)
     text = text.replace("**Proof.**\n\nProof. ", "**Proof.** ")
     text = _INLINE_MATH.sub(lambda m: f"${m.group(1).strip()}$", text)
     return text
@@ -375,7 +386,9 @@ def postprocess(
         c["source"] = src.strip("\n")
         if c["cell_type"] == "markdown":
             c["source"] = _fix_markdown(c["source"], docname, rel)
-            if not c["source"].strip():
+            # an empty cell, or one that holds only an HTML anchor (every link to a label now
+            # goes to the published page), is dropped
+            if not c["source"].strip() or _ANCHOR_ONLY.match(c["source"]):
                 continue
         else:
             c["metadata"] = {}
@@ -392,7 +405,7 @@ def postprocess(
         if m:
             in_solution = True
             rest = c["source"][m.end() :].strip("\n")
-            head = f"### Solution to {m.group(1).strip()}"
+            head = f"### Solution to {_exercise_title(m.group(1))}"
             solutions.append({**c, "source": f"{head}\n\n{rest}".strip()})
         elif in_solution and _is_heading(c):
             in_solution = False
