@@ -4,10 +4,15 @@ Where the text comes from, in this order:
 
 1. the folder given as ``data_dir=`` or in the environment variable ``ATTNBOOK_DATA_DIR``;
 2. ``../shared/data`` beside the repository (the excerpts the tests use);
-3. the Hugging Face hub (``Salesforce/wikitext``, config ``wikitext-2-raw-v1``;
-   ``roneneldan/TinyStories``), downloaded into the Hugging Face cache — never into this
-   repository — and only when a network is reachable (e.g. on Colab) and ``huggingface_hub``
-   is installed. Set ``ATTNBOOK_OFFLINE=1`` (or ``HF_HUB_OFFLINE=1``) to forbid downloads.
+3. the book's own excerpts (the splits and sizes the chapters use, a few MB each), downloaded
+   from the assets of the book's release and checked against their SHA-256
+   (:mod:`attnbook.download`): what a reader on Colab gets;
+4. for a split the book has no excerpt of, the Hugging Face hub (``Salesforce/wikitext``,
+   config ``wikitext-2-raw-v1``; ``roneneldan/TinyStories``), downloaded into the Hugging Face
+   cache — never into this repository — and only when a network is reachable and
+   ``huggingface_hub`` is installed.
+
+Set ``ATTNBOOK_OFFLINE=1`` (or ``HF_HUB_OFFLINE=1``) to forbid downloads.
 
 If none works a :class:`DataNotFound` error lists every place looked at and how to fix it.
 
