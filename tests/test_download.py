@@ -81,9 +81,42 @@ def test_unreachable_server_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setenv(dl.DATA_URL_ENV, "http://127.0.0.1:9/data")
     monkeypatch.setenv(dl.CACHE_ENV, str(tmp_path))
     ex = dl.EXCERPTS[("wikitext-2", "validation")]
-    with pytest.raises(dl.DownloadError, match="could not download") as exc:
+    with pytest.raises(dl.DownloadError, match="^Could not download") as exc:
         dl.fetch(ex, progress=False, timeout=5)
-    assert f"http://127.0.0.1:9/data/{ex.filename}" in str(exc.value)
+    msg = str(exc.value)
+    assert f"http://127.0.0.1:9/data/{ex.filename}" in msg
+    # a reader first: what failed, then what they can do, the publisher's part last
+    failed, reader, publisher = (
+        msg.index(ex.filename),
+        msg.index("What you can do"),
+        msg.index("For the book's publisher"),
+    )
+    assert failed < reader < publisher and msg.endswith(")")
+    assert exc.value.__cause__ is None and exc.value.__suppress_context__
+
+
+def test_download_error_is_one_paragraph_in_a_notebook(tmp_path):
+    """In a notebook a failed download shows its message alone, no traceback (IPython's
+    ``_render_traceback_``): run one in a kernel against a closed port."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    code = (
+        "import os\n"
+        f"os.environ['{dl.DATA_URL_ENV}'] = 'http://127.0.0.1:9/data'\n"
+        f"os.environ['{dl.CACHE_ENV}'] = {str(tmp_path)!r}\n"
+        "from attnbook import download as dl\n"
+        "dl.fetch(dl.EXCERPTS[('wikitext-2', 'validation')], progress=False, timeout=5)"
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3")
+    with pytest.raises(nbclient.exceptions.CellExecutionError):
+        client.execute()
+    (err,) = [o for o in nb.cells[0].outputs if o["output_type"] == "error"]
+    shown = "\n".join(err["traceback"])
+    assert err["ename"] == "DownloadError"
+    assert shown.startswith("DownloadError: Could not download wikitext-2-validation")
+    assert "Traceback" not in shown and 'File "' not in shown, shown
+    assert len(err["traceback"]) <= 8 and "What you can do" in shown
 
 
 def test_loader_downloads_the_excerpt_when_nothing_is_local(server, monkeypatch):

@@ -80,6 +80,7 @@ __all__ = [
     "Release",
     "release",
     "install_cell_source",
+    "ledger_guard_source",
     "notebook_chapters",
     "source_digest",
     "postprocess",
@@ -128,8 +129,14 @@ class Release:
         return f"v{self.version}"
 
     @property
+    def wheel_url(self) -> str:
+        """The release's wheel (``make release-dry`` builds it, the release workflow uploads it)."""
+        return f"{self.url}/releases/download/{self.tag}/attnbook-{self.version}-py3-none-any.whl"
+
+    @property
     def requirement(self) -> str:
-        return f"git+{self.url}@{self.tag}"
+        """What the install cell installs on Colab: the wheel (pip builds nothing)."""
+        return self.wheel_url
 
     def page_url(self, docname: str) -> str:
         """``book/focus/dilution`` → the published HTML page."""
@@ -159,18 +166,53 @@ def release(root: Path | None = None) -> Release:
 
 
 def install_cell_source(rel: Release) -> str:
-    """The first cell of every notebook: installs the release where attnbook is missing."""
-    return f"""\
-# Installs attnbook {rel.tag} (the release this notebook belongs to) on Colab.
-# Elsewhere, set {INSTALL_ENV} to a pip requirement (e.g. git+file:///path/to/checkout)
-# to install that instead; in a checkout with attnbook installed this cell does nothing.
-import os
-import subprocess
-import sys
+    """The first cell of every notebook: installs the release's wheel where attnbook is missing.
 
-if "google.colab" in sys.modules or os.environ.get("{INSTALL_ENV}"):
-    requirement = os.environ.get("{INSTALL_ENV}") or "{rel.requirement}"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", requirement], check=True)"""
+    It skips the install when pip's record of the installed attnbook (``direct_url.json``)
+    names the same requirement (a second notebook in the same runtime), says what it installs,
+    and on failure says which release it tried and what a reader can do, without a traceback.
+    """
+    return f"""\
+# Installs attnbook {rel.tag}, the release this notebook belongs to, on Colab (its wheel).
+# Elsewhere set {INSTALL_ENV} to a pip requirement (a wheel, git+https://...@main) to install
+# that; in a checkout with attnbook installed this cell does nothing.
+import importlib.metadata, json, os, subprocess, sys, time
+
+requirement = os.environ.get("{INSTALL_ENV}") or (
+    "{rel.requirement}" if "google.colab" in sys.modules else "")
+try:  # pip's record of where the installed attnbook came from
+    info = json.loads(importlib.metadata.distribution("attnbook").read_text("direct_url.json") or "{{}}")
+    vcs = info.get("vcs_info")
+    installed = f"{{vcs['vcs']}}+{{info['url']}}@{{vcs.get('requested_revision')}}" if vcs else info.get("url")
+except importlib.metadata.PackageNotFoundError:
+    installed = None
+if os.path.exists(requirement):
+    requirement = "file://" + os.path.abspath(requirement)
+if requirement and requirement == installed:
+    print(f"attnbook {{importlib.metadata.version('attnbook')}} is installed from {{requirement}}")
+elif requirement:
+    print(f"Installing attnbook from {{requirement}} and what this runtime lacks of its dependencies")
+    t0, pip = time.time(), subprocess.run([sys.executable, "-m", "pip", "install", "-q", requirement], capture_output=True, text=True)
+    if pip.returncode:
+        print(pip.stderr[-1500:], file=sys.stderr)
+        raise SystemExit(f"Could not install attnbook from {{requirement}} (the release {rel.tag}; pip's last words above). What you can do: check the runtime's network and run this cell again, or set os.environ['{INSTALL_ENV}'] to another source, e.g. a wheel uploaded to the runtime or git+{rel.url}@main, and run it again.")
+    print(f"Installed attnbook {{importlib.metadata.version('attnbook')}} in {{time.time() - t0:.0f}} s")"""
+
+
+def ledger_guard_source(rel: Release, docname: str) -> str:
+    """The second cell of a notebook that reads the ledger: outside a checkout of the book (on
+    Colab) it stops the notebook with a pointer to the published page, instead of failing on
+    a missing ``_toc.yml`` further down."""
+    return f"""\
+# This page reads the claims that a build of the book recorded: it runs in a checkout only.
+from attnbook.claims import find_book_root
+
+if find_book_root() is None:
+    raise SystemExit(
+        "This notebook lists the claims that a build of the book recorded (make test in a "
+        "checkout of {rel.url}), so it runs only there. Read it on the published page: "
+        "{rel.page_url(docname)}"
+    )"""
 
 
 def notebook_chapters(root: Path | None = None) -> list[Path]:
@@ -417,6 +459,7 @@ def postprocess(
 
     cells = [_new_cell("code", install_cell_source(rel), "install")] + body
     if reads_ledger(docname.removeprefix("book/")):
+        cells.insert(1, _new_cell("code", ledger_guard_source(rel, docname), "guard"))
         cells.insert(
             0,
             _new_cell(

@@ -7,9 +7,11 @@
    sweeps of ``results/`` (``$ATTNBOOK_RESULTS_URL``), served by an
    HTTP server on 127.0.0.1 (``$ATTNBOOK_DATA_URL``); the notebooks run in an empty folder
    with no ``ATTNBOOK_DATA_DIR`` and no ``../shared`` in reach;
-3. each notebook installs attnbook through its own install cell, pointed at this checkout by
-   ``$ATTNBOOK_INSTALL=git+file://<checkout>@<HEAD commit>`` (commit first: the checkout's
-   HEAD is what gets installed);
+3. each notebook installs attnbook through its own install cell, pointed by
+   ``$ATTNBOOK_INSTALL`` at the wheel of this checkout's HEAD (built as ``make release-dry``
+   builds the release's, served beside the data; commit first: HEAD is what gets installed).
+   The first notebook installs it into the fresh environment, the others find it there; the
+   install cell's time is reported for both;
 4. every notebook is executed with nbclient, and every claim it records must pass (checked
    here from the records; the claims-ledger notebook itself lists the claims of a book build
    and needs a checkout, so it is not executed here).
@@ -68,7 +70,17 @@ try:
                    resources={"metadata": {"path": cwd}}).execute()
 except CellExecutionError as exc:
     error = str(exc)[-4000:]
-print(json.dumps({"notebook": path, "wall_s": time.perf_counter() - t0, "error": error}))
+# the install cell's time, from nbclient's record of when it started and ended
+timing = nb.cells[0].get("metadata", {}).get("execution", {})
+try:
+    from datetime import datetime
+    t = [datetime.fromisoformat(timing[k].replace("Z", "+00:00"))
+         for k in ("iopub.execute_input", "shell.execute_reply")]
+    install_s = (t[1] - t[0]).total_seconds()
+except (KeyError, ValueError):
+    install_s = None
+print(json.dumps({"notebook": path, "wall_s": time.perf_counter() - t0, "error": error,
+                  "install_s": install_s}))
 """
 
 
@@ -115,15 +127,11 @@ def serve(folder: Path):
         httpd.server_close()
 
 
-def head_requirement(root: Path = ROOT) -> str:
-    """``git+file://<checkout>@<HEAD>``: what the install cell installs in this test."""
-    sha = subprocess.run(
-        ["git", "rev-parse", "HEAD"],
-        cwd=root,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+def head_wheel(folder: Path, root: Path = ROOT) -> Path:
+    """The wheel of this checkout's HEAD (as ``make release-dry`` builds it) in ``folder``:
+    what the install cell installs in this test, as it installs the release's wheel on Colab."""
+    from tools.release import build_wheel
+
     dirty = subprocess.run(
         [
             "git",
@@ -138,8 +146,8 @@ def head_requirement(root: Path = ROOT) -> str:
         text=True,
     ).stdout.strip()
     if dirty:
-        print(f"note: uncommitted changes in src/ are not tested (HEAD {sha[:8]} is)")
-    return f"git+file://{root.resolve()}@{sha}"
+        print("note: uncommitted changes in src/ are not tested (HEAD is)")
+    return build_wheel(folder, root=root)
 
 
 def _execute(py: Path, nb: Path, cwd: Path, env: dict, timeout: int) -> dict:
@@ -194,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             print("no local data folder: set ATTNBOOK_DATA_DIR (see README, Data)")
             return 1
         build_excerpts(tmp / "served", data_dir=data_dirs[0])
+        wheel = head_wheel(tmp / "served")
         # the archived sweeps, served as the repository serves them at the release's tag
         shutil.copytree(ROOT / "results", tmp / "served" / "results")
         work = tmp / "work"
@@ -210,7 +219,6 @@ def main(argv: list[str] | None = None) -> int:
             ATTNBOOK_CACHE_DIR=str(tmp / "cache" / "data"),
             ATTNBOOK_LEDGER_DIR=str(tmp / "ledger"),
             ATTNBOOK_EXECUTOR="colab-test",
-            ATTNBOOK_INSTALL=head_requirement(),
             MPLBACKEND="agg",
             OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
         )
@@ -218,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         with serve(tmp / "served") as url:
             env["ATTNBOOK_DATA_URL"] = url
             env["ATTNBOOK_RESULTS_URL"] = url.rstrip("/") + "/results/"
+            env["ATTNBOOK_INSTALL"] = url + wheel.name
             nbs = [ROOT / "book" / f"{i}.ipynb" for i in selected]
             run = functools.partial(
                 _execute, py, cwd=work, env=env, timeout=args.timeout
@@ -256,10 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     claims = [c for rec in records for c in rec.get("claims", [])]
     bad = [f"{rec['chapter']}: {c['id']}" for rec in records for c in rec["claims"]]
     bad = [b for b, c in zip(bad, claims) if not c.get("passed")]
-    print(f"\n{'notebook':45s} {'wall_s':>7s}  result")
+    print(f"\n{'notebook':45s} {'wall_s':>7s} {'install_s':>9s}  result")
     for r in results:
         name = Path(r["notebook"]).relative_to(ROOT / "book").as_posix()
-        print(f"{name:45s} {r['wall_s']:7.1f}  {'FAILED' if r['error'] else 'ok'}")
+        inst = r.get("install_s")
+        inst = "" if inst is None else f"{inst:9.1f}"
+        print(
+            f"{name:45s} {r['wall_s']:7.1f} {inst:>9s}  {'FAILED' if r['error'] else 'ok'}"
+        )
     for r in failed:
         print(f"\n== {r['notebook']} failed:\n{r['error']}")
     total = time.perf_counter() - t_start
@@ -267,6 +280,20 @@ def main(argv: list[str] | None = None) -> int:
         f"\n{len(results)} notebooks, {len(failed)} failed; {len(claims)} claims recorded, "
         f"{len(bad)} failed; environment {t_venv:.0f} s, total {total:.0f} s"
     )
+    installs = [r["install_s"] for r in results if r.get("install_s") is not None]
+    if (
+        installs
+    ):  # the first notebook installs into the fresh venv, the others find it there
+        later = sorted(installs[1:])
+        print(
+            f"install cell: {installs[0]:.1f} s in the fresh environment"
+            + (
+                f"; {later[len(later) // 2]:.1f} s median (max {later[-1]:.1f} s) in the "
+                f"{len(later)} later notebooks"
+                if later
+                else ""
+            )
+        )
     if bad:
         print("failed claims:", *bad, sep="\n  ")
     return 1 if failed or bad or not results else 0

@@ -89,7 +89,22 @@ _DEFAULT_SPLIT = {"wikitext-2": "validation", "tinystories": "train"}
 
 
 class DataNotFound(FileNotFoundError):
-    """The requested text is neither in a local folder nor downloadable."""
+    """The requested text is neither in a local folder nor downloadable.
+
+    Its message is for a reader: what failed, then what they can do. In a notebook it shows
+    alone, without the traceback (the loader's frames give a reader nothing to act on).
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython (Jupyter, Colab) shows these lines instead of the traceback
+        import textwrap
+
+        text = f"{type(self).__name__}: {self}"
+        return [
+            wrapped
+            for line in text.splitlines()
+            for wrapped in (textwrap.wrap(line, width=100) or [""])
+        ]
 
 
 def _repo_root() -> Path:

@@ -81,7 +81,12 @@ EXCERPTS = {
 
 
 class DownloadError(DataNotFound):
-    """An excerpt could not be downloaded or failed its checksum; the message says what to do."""
+    """A file could not be downloaded or failed its checksum.
+
+    The message is one paragraph for a reader: what failed, then what they can do, then (last)
+    what the book's publisher must do; in a notebook it shows alone, as every
+    :class:`~attnbook.data.DataNotFound` does.
+    """
 
 
 def base_url() -> str:
@@ -103,12 +108,15 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "attnbook" / "data"
 
 
-def _advice(url: str) -> str:
+def _advice() -> str:
+    from . import __version__
+
     return (
-        f"What to do: check the network and that {url} exists (a publisher uploads the "
-        f"excerpts built by `make data-excerpt` to the release), or set {DATA_URL_ENV} to a "
-        "mirror holding the same files, or put the data in a folder and set "
-        "ATTNBOOK_DATA_DIR to it."
+        "What you can do: check the network and run the cell again; or put the data in a "
+        "folder and set ATTNBOOK_DATA_DIR to it; or set "
+        f"{DATA_URL_ENV} to a mirror holding the same files. (For the book's publisher: "
+        f"the release v{__version__} must hold the excerpts that `make release-dry` builds; "
+        "the release workflow uploads them.)"
     )
 
 
@@ -125,7 +133,8 @@ def download_file(
 ) -> Path:
     """Download ``url`` to ``target``: streamed to a temporary file beside it, refused past
     ``max_bytes``, checked against ``sha256``, then renamed (a reader never sees half a file).
-    Every failure raises :class:`DownloadError` naming the URL, followed by ``advice``."""
+    Every failure raises :class:`DownloadError`: what failed and its URL, then ``advice`` (what
+    a reader can do first, a publisher's part last)."""
     from tqdm.auto import tqdm
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -135,7 +144,8 @@ def download_file(
             total = int(resp.headers.get("Content-Length") or size_hint or 0)
             if total > max_bytes:
                 raise DownloadError(
-                    f"{url} is {total} bytes, more than the {max_bytes} allowed. {advice}"
+                    f"Could not download {target.name}: {url} is {total} bytes, more than "
+                    f"the {max_bytes} allowed. {advice}"
                 )
             with (
                 open(tmp, "wb") as out,
@@ -152,7 +162,8 @@ def download_file(
                     n += len(block)
                     if n > max_bytes:
                         raise DownloadError(
-                            f"{url} sent more than {max_bytes} bytes. {advice}"
+                            f"Could not download {target.name}: {url} sent more than "
+                            f"{max_bytes} bytes. {advice}"
                         )
                     out.write(block)
                     bar.update(len(block))
@@ -161,17 +172,26 @@ def download_file(
         if isinstance(exc, DownloadError):
             raise
         raise DownloadError(
-            f"could not download {url}: {type(exc).__name__}: {exc}. {advice}"
-        ) from exc
+            f"Could not download {target.name} from {url} ({_reason(exc)}). {advice}"
+        ) from None  # the reason is in the message; urllib's frames help no reader
     digest = file_sha256(tmp)
     if digest != sha256:
         tmp.unlink(missing_ok=True)
         raise DownloadError(
-            f"{url}: SHA-256 {digest} does not match the expected {sha256} "
-            f"(a different or damaged file). {advice}"
+            f"Could not use {target.name} from {url}: its SHA-256 {digest} is not the "
+            f"expected {sha256} (a different or damaged file). {advice}"
         )
     os.replace(tmp, target)
     return target
+
+
+def _reason(exc: BaseException) -> str:
+    """urllib's error in a reader's words: the HTTP status, or the network's reason."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, urllib.error.URLError):
+        return f"no connection: {exc.reason}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def fetch(excerpt: Excerpt, *, progress: bool = True, timeout: float = 60.0) -> Path:
@@ -187,7 +207,7 @@ def fetch(excerpt: Excerpt, *, progress: bool = True, timeout: float = 60.0) -> 
         target,
         sha256=excerpt.sha256,
         max_bytes=MAX_BYTES,
-        advice=_advice(url),
+        advice=_advice(),
         timeout=timeout,
         progress=progress,
         size_hint=excerpt.size,

@@ -104,9 +104,13 @@ def _download(name: str, files: dict[str, str], *, progress: bool) -> Path:
 
     target = cache_dir().parent / "results" / name
     base = results_url() + name + "/"
+    from .. import __version__
+
     advice = (
-        f"What to do: check the network, set {RESULTS_URL_ENV} to a mirror of results/, "
-        f"or run `attnbook run {name} --scale book --out results/{name}` in a checkout"
+        "What you can do: check the network and run the cell again; or set "
+        f"{RESULTS_URL_ENV} to a mirror of results/; or, in a checkout, make the archive "
+        f"with `attnbook run {name} --scale book --out results/{name}`. (For the book's "
+        f"publisher: the repository's tag v{__version__} must hold results/{name}.)"
     )
     for rel, digest in tqdm(
         sorted(files.items()), desc=f"archive {name}", disable=not progress
