@@ -33,6 +33,16 @@ from attnbook.exercises.copyhead import (
     _pooling_reference,
     _rhat_ddof0,
 )
+from attnbook.exercises.core import references_allowed
+
+
+@pytest.fixture(autouse=True)
+def _package_answers_allowed():
+    """REFERENCE and WRONG build answers from the package's own functions, which a checker
+    refuses inside a student's function (tests/test_exercises_references.py)."""
+    with references_allowed():
+        yield
+
 
 CHAPTERS = sorted((ROOT / "book" / "copyhead").glob("*.md"))
 

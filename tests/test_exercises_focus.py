@@ -20,9 +20,19 @@ from test_exercises import (
 
 from attnbook import exercises, markov
 from attnbook.claims import reads_ledger
+from attnbook.exercises.core import references_allowed
 from attnbook.focus import metrics, theory
 from attnbook.focus.population import attention_mixture
 from tools import colab
+
+
+@pytest.fixture(autouse=True)
+def _package_answers_allowed():
+    """REFERENCE and WRONG build answers from the package's own functions, which a checker
+    refuses inside a student's function (tests/test_exercises_references.py)."""
+    with references_allowed():
+        yield
+
 
 FOCUS = ROOT / "book" / "focus"
 SOLUTIONS = [

@@ -10,8 +10,17 @@ import test_exercises as base
 import torch
 
 from attnbook import flows, linalg, pde
+from attnbook.exercises.core import references_allowed
 from attnbook.exercises.pde import _blowup_direction
 from attnbook.pde import closed_forms as cf
+
+
+@pytest.fixture(autouse=True)
+def _package_answers_allowed():
+    """REFERENCE and WRONG build answers from the package's own functions, which a checker
+    refuses inside a student's function (tests/test_exercises_references.py)."""
+    with references_allowed():
+        yield
 
 
 def _rk4(x, field, h):
@@ -83,7 +92,7 @@ def _energy_rate_half(x, v, A):
 WRONG = {
     "ex-pde-velocity": [
         (lambda x, A, V: _softmax(x @ A.T @ x.T, 0) @ x @ V.T, "not each column"),
-        (lambda x, A, V: _softmax(x @ A @ x.T) @ x @ V.T, "x @ A.T @ x.T"),
+        (lambda x, A, V: _softmax(x @ A @ x.T) @ x @ V.T, "on which side A multiplies"),
         (lambda x, A, V: _softmax(x @ A.T @ x.T) @ x, "value matrix V"),
         (_naive_velocity, "overflows"),
     ],

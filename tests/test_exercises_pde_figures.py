@@ -7,7 +7,16 @@ import numpy as np
 import pytest
 
 from attnbook import exercises, pde
+from attnbook.exercises.core import references_allowed
 from attnbook.linalg import psd_sqrt
+
+
+@pytest.fixture(autouse=True)
+def _package_answers_allowed():
+    """REFERENCE and WRONG build answers from the package's own functions, which a checker
+    refuses inside a student's function (tests/test_exercises_references.py)."""
+    with references_allowed():
+        yield
 
 
 def _direction(S0, A):

@@ -175,7 +175,11 @@ def _template(c1, cG, L: int) -> torch.Tensor:
     )
 
 
-@checker("ex-bayes-order-parameters", what="a function order_params(A)")
+@checker(
+    "ex-bayes-order-parameters",
+    what="a function order_params(A)",
+    reference=("attnbook.copyhead.order.order_parameters",),
+)
 def check_order_parameters(fn) -> None:
     """Least-squares ``(c_1, c_G)`` of ``A (..., L, L)`` on the templates ``J/L`` and ``S``."""
     label = "ex-bayes-order-parameters"
@@ -215,7 +219,9 @@ def check_order_parameters(fn) -> None:
 
 
 @checker(
-    "ex-bayes-data-action", what="a function data_action(q_F, q_S, m_1, m_2, P, V)"
+    "ex-bayes-data-action",
+    what="a function data_action(q_F, q_S, m_1, m_2, P, V)",
+    reference=("attnbook.copyhead.action.evidence.data_action",),
 )
 def check_data_action(fn) -> None:
     """The large-P data action at κ = σ_w = 1 (the closed form of bayesian-view)."""
@@ -270,7 +276,11 @@ def _data_action_tau(args, P, V, *, tau):
 # --- linear-attention -------------------------------------------------------------------------
 
 
-@checker("ex-linear-action", what="a function saddle_action(m, c_G, P, L, V)")
+@checker(
+    "ex-linear-action",
+    what="a function saddle_action(m, c_G, P, L, V)",
+    reference=("attnbook.copyhead.action.linear.linear_action",),
+)
 def check_linear_action(fn) -> None:
     """The saddle action ``S(m, c_G)`` of linear attention (unit hyper-parameters)."""
     label = "ex-linear-action"
@@ -322,7 +332,11 @@ def check_linear_action(fn) -> None:
         assert_close(label, got, expected, on=on, hint=hint, what="the action")
 
 
-@checker("ex-linear-onset-p", what="a function onset_p(L, V)")
+@checker(
+    "ex-linear-onset-p",
+    what="a function onset_p(L, V)",
+    reference=("attnbook.copyhead.action.linear.linear_onset_p",),
+)
 def check_linear_onset(fn) -> None:
     """The saddle's pooling onset ``P_on`` (closed form, unit hyper-parameters)."""
     label = "ex-linear-onset-p"
@@ -346,7 +360,11 @@ def check_linear_onset(fn) -> None:
 # --- softmax-attention ------------------------------------------------------------------------
 
 
-@checker("ex-softmax-order", what="a function softmax_order(g, L)")
+@checker(
+    "ex-softmax-order",
+    what="a function softmax_order(g, L)",
+    reference=("attnbook.copyhead.action.softmax.softmax_order_parameters",),
+)
 def check_softmax_order(fn) -> None:
     """``(a_1, a_G)`` of ``rowsoftmax(g S)`` for a tensor of logits ``g``."""
     label = "ex-softmax-order"
@@ -380,7 +398,11 @@ def check_softmax_order(fn) -> None:
         assert_close(label, gG, aG, on=on, hint=hint, what="a_G")
 
 
-@checker("ex-softmax-action", what="a function symmetric_action(g, P, L, V)")
+@checker(
+    "ex-softmax-action",
+    what="a function symmetric_action(g, P, L, V)",
+    reference=("attnbook.copyhead.action.softmax.softmax_action",),
+)
 def check_softmax_action(fn) -> None:
     """The symmetric-logit softmax action ``S(g)`` (unit hyper-parameters)."""
     label = "ex-softmax-action"
@@ -410,7 +432,11 @@ def check_softmax_action(fn) -> None:
 # --- theory-vs-experiment ---------------------------------------------------------------------
 
 
-@checker("ex-tve-split-rhat", what="a function split_rhat(draws)")
+@checker(
+    "ex-tve-split-rhat",
+    what="a function split_rhat(draws)",
+    reference=("attnbook.sgld.split_rhat",),
+)
 def check_split_rhat(fn) -> None:
     """Split-R̂ of ``draws (n_draws, n_chains)`` → one number (as :func:`attnbook.sgld.split_rhat`)."""
     label = "ex-tve-split-rhat"
@@ -459,7 +485,11 @@ def _rhat_ddof0(x: torch.Tensor) -> float:
     return float(torch.sqrt(((n - 1) / n * W + B_n) / W))
 
 
-@checker("ex-tve-reached-minimum", what="a function reached(final, groups, rtol)")
+@checker(
+    "ex-tve-reached-minimum",
+    what="a function reached(final, groups, rtol)",
+    reference=("attnbook.train.reached_minimum",),
+)
 def check_reached_minimum(fn) -> None:
     """Boolean mask of runs within ``rtol·|best|`` of the best run of their group."""
     label = "ex-tve-reached-minimum"

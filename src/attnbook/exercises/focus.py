@@ -91,24 +91,42 @@ def _scalar(label: str, value, *, on: str, what: str) -> float:
 # --- markov-transformer -----------------------------------------------------------------------
 
 
-@checker("ex-focus-stationary", what="a function stationary(P)")
+@checker(
+    "ex-focus-stationary",
+    what="a function stationary(P)",
+    reference=("attnbook.markov.stationary",),
+)
 def check_stationary(fn) -> None:
     """The stationary law π (``(d,)``, π ≥ 0, Σπ = 1, πᵀP = πᵀ) of a row-stochastic ``P``."""
     label = "ex-focus-stationary"
     periodic = torch.tensor(
         [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]], dtype=F64
     )
+    # period 2 with π = (1/4, 1/2, 1/4): iterating from the uniform law oscillates between
+    # it and (1/6, 2/3, 1/6), so power iteration fails here (on the 3-cycle π is uniform)
+    bipartite = torch.tensor(
+        [[0.0, 1.0, 0.0], [0.5, 0.0, 0.5], [0.0, 1.0, 0.0]], dtype=F64
+    )
     cases = [
         (_book_chain(), "P = the book's lazy chain (d = 4, ρ = 0.5)"),
         (_random_chain(5, 20), "P = a random 5 × 5 chain"),
         (periodic, "P = the periodic chain 0 → 1 → 2 → 0 (powers of P never converge)"),
+        (
+            bipartite,
+            "P = the periodic chain 0 → 1 → {0, 2}, 2 → 1 (period 2, π not uniform)",
+        ),
     ]
     for P, on, answer in _answers(label, fn, cases):
         got = as_array(label, answer, on=on, what="π")
         expected = markov.stationary(P).numpy()
         hint = "π is the LEFT eigenvector of P for eigenvalue 1 (πᵀP = πᵀ), scaled to sum 1"
         if got.shape == expected.shape and np.all(np.isfinite(got)):
-            if _same(got, np.full_like(expected, 1 / len(expected))) and not _same(
+            if "periodic" in on and not _same(got, expected, atol=1e-8):
+                hint = (
+                    "iterating π ← πᵀP does not converge on a periodic chain: solve the "
+                    "linear system (Pᵀ − I)π = 0 with Σπ = 1 instead"
+                )
+            elif _same(got, np.full_like(expected, 1 / len(expected))) and not _same(
                 expected, got
             ):
                 hint = (
@@ -117,17 +135,16 @@ def check_stationary(fn) -> None:
                 )
             elif got.sum() != 0 and _same(got / got.sum(), expected, atol=1e-8):
                 hint = "the direction is right: normalise so that the entries sum to 1"
-            elif "periodic" in on:
-                hint = (
-                    "iterating π ← πᵀP does not converge on a periodic chain: solve the "
-                    "linear system (Pᵀ − I)π = 0 with Σπ = 1 instead"
-                )
         assert_close(
             label, got, expected, on=on, hint=hint, rtol=1e-6, atol=1e-8, what="π"
         )
 
 
-@checker("ex-focus-entropy-rate", what="a function entropy_rate(P)")
+@checker(
+    "ex-focus-entropy-rate",
+    what="a function entropy_rate(P)",
+    reference=("attnbook.markov.entropy_rate",),
+)
 def check_entropy_rate(fn) -> None:
     """The entropy rate ``h = −Σ_i π_i Σ_j P_ij log P_ij`` (nats) of a chain, a number."""
     label = "ex-focus-entropy-rate"
@@ -201,7 +218,11 @@ def check_grad_m_origin(fn) -> None:
         assert_close(label, got, expected, on=on, hint=hint, what="∂L/∂M")
 
 
-@checker("ex-focus-condensation-rate", what="a function condensation_rate(pi)")
+@checker(
+    "ex-focus-condensation-rate",
+    what="a function condensation_rate(pi)",
+    reference=("attnbook.focus.theory.condensation_rate",),
+)
 def check_condensation_rate(fn) -> None:
     """The stage-I growth rate ``c_I = ‖π‖ ‖π − 1/d‖`` (a number) of a law ``pi``."""
     label = "ex-focus-condensation-rate"
@@ -235,7 +256,11 @@ def check_condensation_rate(fn) -> None:
 # --- focus ------------------------------------------------------------------------------------
 
 
-@checker("ex-focus-type-attention", what="a function type_attention(Phi, pi)")
+@checker(
+    "ex-focus-type-attention",
+    what="a function type_attention(Phi, pi)",
+    reference=("attnbook.focus.population.attention_mixture",),
+)
 def check_type_attention(fn) -> None:
     """The long-context attention laws ``w_q(k) ∝ π_k e^{Φ_qk}`` (rows), shape ``(d, d)``."""
     label = "ex-focus-type-attention"
@@ -274,7 +299,11 @@ def check_type_attention(fn) -> None:
         assert_close(label, got, expected, on=on, hint=hint, what="w")
 
 
-@checker("ex-focus-rate-hand", what="a function growth_rate(pi, rho)")
+@checker(
+    "ex-focus-rate-hand",
+    what="a function growth_rate(pi, rho)",
+    reference=("attnbook.focus.theory.attention_growth_rate",),
+)
 def check_growth_rate(fn) -> None:
     """The stage-II rate ``c = ρ‖ℓ̃‖S₃T/‖π‖⁵`` at the saddle, a number."""
     label = "ex-focus-rate-hand"
@@ -354,7 +383,11 @@ def check_average_entropies(fn) -> None:
         assert_close(label, got, expected, on=on, hint=hint, what="(H_u, H_π)")
 
 
-@checker("ex-focus-position-entropy", what="a function position_entropy(w, pi, s)")
+@checker(
+    "ex-focus-position-entropy",
+    what="a function position_entropy(w, pi, s)",
+    reference=("attnbook.focus.metrics.position_entropy",),
+)
 def check_position_entropy(fn) -> None:
     """Position-level entropy ``log s − KL(w_q‖π)`` of each query, shape ``(d,)``."""
     label = "ex-focus-position-entropy"
@@ -396,7 +429,11 @@ def check_position_entropy(fn) -> None:
 # --- symmetry-breaking ------------------------------------------------------------------------
 
 
-@checker("ex-focus-perturbed-pi", what="a function perturbed_pi(d, pi_top, delta)")
+@checker(
+    "ex-focus-perturbed-pi",
+    what="a function perturbed_pi(d, pi_top, delta)",
+    reference=("attnbook.markov.perturbed_stationary",),
+)
 def check_perturbed_pi(fn) -> None:
     """``π₀ = pi_top``, rare tokens ``(1 − pi_top)/(d − 1) + ξ_i δ``, ``ξ = linspace(1, −1, d−1)``."""
     label = "ex-focus-perturbed-pi"
@@ -422,7 +459,11 @@ def check_perturbed_pi(fn) -> None:
         assert_close(label, got, expected, on=on, hint=hint, what="π")
 
 
-@checker("ex-focus-stable-rank", what="a function stable_rank(A)")
+@checker(
+    "ex-focus-stable-rank",
+    what="a function stable_rank(A)",
+    reference=("attnbook.focus.metrics.stable_rank",),
+)
 def check_stable_rank(fn) -> None:
     """Stable rank ``‖A‖_F² / ‖A‖₂² = Σσ_i²/σ₁²`` of a matrix, a number."""
     label = "ex-focus-stable-rank"
@@ -482,7 +523,11 @@ def check_zipf(fn) -> None:
         assert_close(label, got, expected, on=on, hint=hint, what="π")
 
 
-@checker("ex-focus-bigram", what="a function bigram_chain(tokens, d)")
+@checker(
+    "ex-focus-bigram",
+    what="a function bigram_chain(tokens, d)",
+    reference=("attnbook.markov.estimate_chain",),
+)
 def check_bigram_chain(fn) -> None:
     """Bigram estimate ``P̂_ij = n_ij / Σ_l n_il`` from sequences ``(n, L)`` of ids in ``[0, d)``."""
     label = "ex-focus-bigram"

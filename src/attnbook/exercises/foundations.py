@@ -33,7 +33,11 @@ def _describe(**tensors) -> str:
 # --- attention-maps ---------------------------------------------------------------------------
 
 
-@checker("ex-l2-weights", what="a function l2_weights(q, k)")
+@checker(
+    "ex-l2-weights",
+    what="a function l2_weights(q, k)",
+    reference=("attnbook.attention.attention_weights",),
+)
 def check_l2_weights(fn) -> None:
     """ℓ² attention weights ``(n_q, n_k)`` from queries ``(n_q, d)`` and keys ``(n_k, d)``."""
     label = "ex-l2-weights"
@@ -67,7 +71,11 @@ def check_l2_weights(fn) -> None:
         assert_close(label, got, expected, on=on, hint=hint, what="the weight matrix")
 
 
-@checker("ex-row-entropy", what="a function row_entropy(P)")
+@checker(
+    "ex-row-entropy",
+    what="a function row_entropy(P)",
+    reference=("attnbook.attention.row_entropy",),
+)
 def check_row_entropy(fn) -> None:
     """Entropy (nats) of each row of a row-stochastic ``P`` (``(..., n_k)`` → ``(...)``)."""
     label = "ex-row-entropy"
@@ -102,7 +110,11 @@ def check_row_entropy(fn) -> None:
 # --- how-to-use -------------------------------------------------------------------------------
 
 
-@checker("ex-howto-interval", what="a function t_interval(values)")
+@checker(
+    "ex-howto-interval",
+    what="a function t_interval(values)",
+    reference=("attnbook.claims.student_t_interval",),
+)
 def check_t_interval(fn) -> None:
     """The Student-t 95 % interval ``(low, high)`` of the mean of a 1-D tensor of values."""
     label = "ex-howto-interval"
@@ -145,7 +157,11 @@ def _normal_half(values: torch.Tensor) -> float:
     )
 
 
-@checker("ex-howto-scaled-scores", what="a function scaled_scores(queries, keys)")
+@checker(
+    "ex-howto-scaled-scores",
+    what="a function scaled_scores(queries, keys)",
+    reference=("attnbook.attention.scores", "attnbook.attention.attention_weights"),
+)
 def check_scaled_scores(fn) -> None:
     """Scores ``⟨q_i, k_j⟩ / √d`` of queries ``(..., n_q, d)`` and keys ``(..., n_k, d)``."""
     label = "ex-howto-scaled-scores"

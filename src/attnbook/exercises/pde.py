@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 
-def _exercise(label: str, what: str):
+def _exercise(label: str, what: str, reference: tuple[str, ...] = ()):
     """:func:`~attnbook.exercises.core.checker` whose body, ``body(fn, label)``, gets a function."""
 
     def register(body):
@@ -43,7 +43,7 @@ def _exercise(label: str, what: str):
             require_function(label, fn, what)
             body(fn, label)
 
-        return checker(label, what=what)(run)
+        return checker(label, what=what, reference=reference)(run)
 
     return register
 
@@ -77,14 +77,14 @@ def _diagnose(got, expected, wrongs, default: str) -> str:
     return default
 
 
-def _answers(label: str, fn, cases, *, number: str | None = None):
+def _answers(label: str, fn, cases, *, number: str | None = None, none_hint=None):
     """``(args, on, got)``: the student's answer on copies of each case's inputs.
 
     ``cases``: ``(args, on)`` pairs. ``number``: the answer is one number named so (else an array).
     """
     for args, on in cases:
         copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-        raw = call(label, fn, *copies, on=on)
+        raw = call(label, fn, *copies, on=on, none_hint=none_hint)
         got = as_array(label, raw, on=on, what=number or "an array")
         if number and got.size != 1:
             fail(
@@ -104,7 +104,11 @@ def _row_softmax(S: np.ndarray, axis: int = -1) -> np.ndarray:
 # --- particles --------------------------------------------------------------------------------
 
 
-@_exercise("ex-pde-velocity", "a function softmax_velocity(x, A, V)")
+@_exercise(
+    "ex-pde-velocity",
+    "a function softmax_velocity(x, A, V)",
+    reference=("attnbook.pde.particles.velocity",),
+)
 def check_softmax_velocity(fn, label) -> None:
     """Γ(x_i) = Σ_j softmax_j(⟨A x_i, x_j⟩) V x_j for a cloud ``x`` ``(n, d)`` → ``(n, d)``."""
     rng = _rng(0)
@@ -125,7 +129,10 @@ def check_softmax_velocity(fn, label) -> None:
             ),
             (
                 _row_softmax(x @ A @ x.T) @ x @ V.T,
-                "the score is ⟨A x_i, x_j⟩ = x_j·(A x_i): with tokens as rows, x @ A.T @ x.T",
+                (
+                    "the score of query i and key j is ⟨A x_i, x_j⟩, A applied to the "
+                    "query: check on which side A multiplies when the tokens are rows"
+                ),
             ),
             (P @ x, "apply the value matrix V to each x_j"),
             (P @ x @ V, "V x_j for the rows x_j is x @ V.T (not x @ V)"),
@@ -167,7 +174,15 @@ def _rk_wrong(field, x, h):
     ]
 
 
-@_exercise("ex-pde-rk4-step", "a function rk4_step(x, field, step_size)")
+@_exercise(
+    "ex-pde-rk4-step",
+    "a function rk4_step(x, field, step_size)",
+    reference=(
+        "attnbook.pde.particles.simulate",
+        "attnbook.flows.odeint",
+        "attnbook.flows.odeint_rk4",
+    ),
+)
 def check_rk4_step(fn, label) -> None:
     """One classical Runge–Kutta step of dx/dt = field(x) of size ``step_size``."""
     rng = _rng(1)
@@ -195,8 +210,9 @@ def check_rk4_step(fn, label) -> None:
     for (x, field, h), on, got in _answers(label, fn, cases):
         expected = _rk4_reference(field, x, h)
         default = (
-            "k1 = f(x), k2 = f(x + h/2 k1), k3 = f(x + h/2 k2), k4 = f(x + h k3); "
-            "x + h/6 (k1 + 2k2 + 2k3 + k4)"
+            "the classical step evaluates the field four times (at x, twice at a half step, "
+            "once at a full step) and weights them 1, 2, 2, 1: check each stage's point and "
+            "the weights"
         )
         hint = _diagnose(got, expected, _rk_wrong(field, x, h), default)
         assert_close(label, got, expected, on=on, hint=hint, what="the new positions")
@@ -205,7 +221,11 @@ def check_rk4_step(fn, label) -> None:
 # --- mean-field -------------------------------------------------------------------------------
 
 
-@_exercise("ex-mf-w2-1d", "a function w2_1d(x, y)")
+@_exercise(
+    "ex-mf-w2-1d",
+    "a function w2_1d(x, y)",
+    reference=("attnbook.pde.wasserstein.w2_particles",),
+)
 def check_w2_1d(fn, label) -> None:
     """Exact W₂ between two 1-D empirical measures with ``n`` equal-mass atoms each."""
     rng = _rng(2)
@@ -231,13 +251,18 @@ def check_w2_1d(fn, label) -> None:
             ),
         ]
         default = (
-            "W₂² = (1/n) Σ_i (x_(i) − y_(i))², both samples sorted (monotone coupling)"
+            "use the monotone coupling the exercise names, and remember that each atom has "
+            "mass 1/n"
         )
         hint = _diagnose(got, expected, wrongs, default)
         assert_close(label, got, expected, on=on, hint=hint, what="W₂", atol=1e-12)
 
 
-@_exercise("ex-mf-rate", "a function fit_slope(n, errors)")
+@_exercise(
+    "ex-mf-rate",
+    "a function fit_slope(n, errors)",
+    reference=("attnbook.pde.meanfield.fit_rate",),
+)
 def check_fit_slope(fn, label) -> None:
     """The least-squares slope of log(errors) against log(n) (the rate exponent)."""
     n = 2.0 ** np.arange(4, 11)
@@ -278,7 +303,11 @@ def check_fit_slope(fn, label) -> None:
 # --- gaussians --------------------------------------------------------------------------------
 
 
-@_exercise("ex-gauss-moment-rhs", "a function softmax_moments(mean, cov, A, V)")
+@_exercise(
+    "ex-gauss-moment-rhs",
+    "a function softmax_moments(mean, cov, A, V)",
+    reference=("attnbook.pde.closed_forms.softmax_moment_rhs",),
+)
 def check_softmax_moments(fn, label) -> None:
     """(α', Σ') of the softmax Gaussian flow: V(I + ΣA)α and VΣAΣ + ΣAᵀΣVᵀ."""
     rng = _rng(4)
@@ -327,7 +356,11 @@ def check_softmax_moments(fn, label) -> None:
         assert_close(label, dS, eS, on=on, hint=hint, what="cov'")
 
 
-@_exercise("ex-gauss-bures", "a function bures_w2(m1, S1, m2, S2)")
+@_exercise(
+    "ex-gauss-bures",
+    "a function bures_w2(m1, S1, m2, S2)",
+    reference=("attnbook.linalg.bures_wasserstein",),
+)
 def check_bures_w2(fn, label) -> None:
     """W₂ between N(m1, S1) and N(m2, S2) (Bures–Wasserstein)."""
     rng = _rng(8)
@@ -355,7 +388,10 @@ def check_bures_w2(fn, label) -> None:
                 "S1, S2 need not commute: use (S1^{1/2} S2 S1^{1/2})^{1/2}, not S1^{1/2} S2^{1/2}",
             ),
         ]
-        hint = "W₂² = |m1 − m2|² + tr(S1 + S2 − 2 (S1^{1/2} S2 S1^{1/2})^{1/2})"
+        hint = (
+            "W₂² has a mean part and a covariance part; in the covariance part the square "
+            "roots are nested: check their order"
+        )
         if not math.isfinite(got):
             hint = (
                 "for equal Gaussians the trace is 0 up to round-off and can be −1e-16: "
@@ -373,7 +409,11 @@ _BLOWUP_INPUTS = [
 ]
 
 
-@_exercise("ex-blowup-time", "a function blowup_time(cov0, A)")
+@_exercise(
+    "ex-blowup-time",
+    "a function blowup_time(cov0, A)",
+    reference=("attnbook.pde.closed_forms.identity_value_blowup_time",),
+)
 def check_blowup_time(fn, label) -> None:
     """T* = 1/λ_max(Σ₀^{1/2}(A + Aᵀ)Σ₀^{1/2}) of the V = I softmax flow (``inf`` if ≤ 0)."""
     inputs = _BLOWUP_INPUTS + [
@@ -381,7 +421,8 @@ def check_blowup_time(fn, label) -> None:
         (_spd(2, 15), -np.eye(2), " (A = −I: the tokens cluster)"),
     ]
     cases = [((S0, A), _shapes(note, cov0=S0, A=A)) for S0, A, note in inputs]
-    for (S0, A), on, got in _answers(label, fn, cases, number="T*"):
+    never = "when the flow never blows up, return math.inf (a number), not None"
+    for (S0, A), on, got in _answers(label, fn, cases, number="T*", none_hint=never):
         expected = cf.identity_value_blowup_time(S0, A)
         if math.isinf(expected) and math.isinf(got) and got > 0:
             continue
@@ -390,8 +431,8 @@ def check_blowup_time(fn, label) -> None:
                 label,
                 f"got T* = {got}, expected {expected:.6g}",
                 on=on,
-                hint="T* is math.inf exactly when no eigenvalue of Σ₀^{1/2}(A + Aᵀ)Σ₀^{1/2} "
-                "is positive",
+                hint="T* is math.inf exactly when the flow never blows up: check the sign "
+                "of the eigenvalue that sets T*",
             )
         bound = np.linalg.eigvalsh(A + A.T).max() * np.linalg.eigvalsh(S0).max()
         wrongs = [
@@ -401,7 +442,10 @@ def check_blowup_time(fn, label) -> None:
                 "λ_max(B)·λ_max(Σ₀) is only a bound: take λ_max of Σ₀^{1/2}BΣ₀^{1/2}",
             ),
         ]
-        default = "Σ(t)⁻¹ = Σ₀⁻¹ − t(A + Aᵀ): T* = 1/λ_max(Σ₀^{1/2}(A + Aᵀ)Σ₀^{1/2})"
+        default = (
+            "write the flow of Σ(t)⁻¹ (it is linear in t) and find the first t at which it "
+            "stops being positive definite"
+        )
         hint = _diagnose(got, expected, wrongs, default)
         assert_close(label, got, expected, on=on, hint=hint, what="T*")
 
@@ -422,7 +466,14 @@ def _blowup_direction(cov0, A) -> np.ndarray:
     return np.outer(u, u) / (u @ u)
 
 
-@_exercise("ex-blowup-direction", "a function blowup_direction(cov0, A)")
+@_exercise(
+    "ex-blowup-direction",
+    "a function blowup_direction(cov0, A)",
+    reference=(
+        "attnbook.pde.closed_forms.identity_value_covariance",
+        "attnbook.exercises.pde._blowup_direction",
+    ),
+)
 def check_blowup_direction(fn, label) -> None:
     """The trace-normalised limit direction Σ(t)/tr Σ(t), t → T*, a (d, d) matrix."""
     inputs = _BLOWUP_INPUTS + [
@@ -440,7 +491,10 @@ def check_blowup_direction(fn, label) -> None:
             ),
             (np.outer(ws, ws), "the top eigenvector of Σ₀ ignores A: use R(A + Aᵀ)R"),
         ]
-        hint = "Σ(t) = R(I − tRBR)⁻¹R, R = Σ₀^{1/2}, B = A + Aᵀ: Rwwᵀ R / tr, w top eigenvector"
+        hint = (
+            "take the closed form of Σ(t) from the previous exercise and ask which term "
+            "dominates as t → T*"
+        )
         hint = _diagnose(got, expected, wrongs, hint)
         trace = np.trace(got) if got.shape == expected.shape else 1.0
         if abs(trace - 1) > 1e-6 and _same(got / trace, expected):
@@ -453,7 +507,11 @@ def check_blowup_direction(fn, label) -> None:
 # --- gradient-flow ----------------------------------------------------------------------------
 
 
-@_exercise("ex-gf-energy", "a function interaction_energy(x, A)")
+@_exercise(
+    "ex-gf-energy",
+    "a function interaction_energy(x, A)",
+    reference=("attnbook.pde.particles.interaction_energy",),
+)
 def check_interaction_energy(fn, label) -> None:
     """E(μ_n) = ½ (1/n²) Σ_ij exp⟨A x_i, x_j⟩ of a cloud ``x`` ``(n, d)``."""
     rng = _rng(18)
@@ -482,7 +540,11 @@ def check_interaction_energy(fn, label) -> None:
         assert_close(label, got, expected, on=on, hint=hint, what="E")
 
 
-@_exercise("ex-gf-energy-rate", "a function energy_rate(x, v, A)")
+@_exercise(
+    "ex-gf-energy-rate",
+    "a function energy_rate(x, v, A)",
+    reference=("attnbook.pde.gradient_flow.energy_rate",),
+)
 def check_energy_rate(fn, label) -> None:
     """dE/dt = Σ_i ⟨∂E/∂x_i, v_i⟩ when the tokens move with velocities ``v`` ``(n, d)``."""
     rng = _rng(19)

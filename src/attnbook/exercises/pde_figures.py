@@ -30,7 +30,11 @@ def _blowup_cases():
     return out
 
 
-@checker("ex-af-blowup-direction", what="a function blowup_direction(S0, A)")
+@checker(
+    "ex-af-blowup-direction",
+    what="a function blowup_direction(S0, A)",
+    reference=("attnbook.pde.closed_forms.identity_value_covariance",),
+)
 def check_blowup_direction(fn) -> None:
     """Unit vector along which Σ(t) = (Σ₀⁻¹ − t(A + Aᵀ))⁻¹ explodes, up to sign."""
     label = "ex-af-blowup-direction"
@@ -85,7 +89,11 @@ def _rank_cases():
     return out
 
 
-@checker("ex-af-count-above", what="a function count_above(covs)")
+@checker(
+    "ex-af-count-above",
+    what="a function count_above(covs)",
+    reference=("attnbook.pde.clouds.numerical_rank",),
+)
 def check_count_above(fn) -> None:
     """Number of matrices of a batch (B, d, d) with numerical rank (rtol 1 %) above ⌈d/2⌉."""
     label = "ex-af-count-above"
