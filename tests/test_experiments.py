@@ -98,6 +98,7 @@ def test_copyhead_step_rule_keeps_book_hashes_and_paper_uses_curvature_rule():
 
 
 # ---- a 2-worker local cluster, resume, load --------------------------------------------------
+@pytest.mark.slow
 def test_local_cluster_runs_a_smoke_sweep_and_load_round_trips(tmp_path):
     out = tmp_path / "mf"
     kw = dict(workers=2, progress=False, allow_dirty=True)
@@ -141,11 +142,13 @@ def test_local_cluster_runs_a_smoke_sweep_and_load_round_trips(tmp_path):
     assert np.isnan(part["w2_T"].isel(dict(zip(man["axes"], first["index"])))).all()
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_gives_the_uninterrupted_arrays(tmp_path):
     out = tmp_path / "run"
     name = "copyhead-phase"
     args = [sys.executable, "-m", "attnbook", "run", name, "--scale", "smoke"]
-    args += ["--out", str(out), "--workers", "1", "--no-progress", "--allow-dirty"]
+    # two workers, as a sweep runs: a kill may land while both hold a point half-written
+    args += ["--out", str(out), "--workers", "2", "--no-progress", "--allow-dirty"]
     proc = subprocess.Popen(
         args,
         env=_env(ATTNBOOK_TEST_POINT_DELAY="0.25"),
@@ -171,7 +174,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_arrays(tmp_path):
     assert 2 <= len(finished) < total, "the run was not killed half-way"
 
     res = _cli(
-        "run", name, "--scale", "smoke", "--out", str(out), "--workers", "1",
+        "run", name, "--scale", "smoke", "--out", str(out), "--workers", "2",
         "--allow-dirty",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
@@ -349,6 +352,7 @@ def test_every_archived_output_has_a_recheck_rule_with_a_reason():
             assert E.get(name).recheck is not None, name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("manifest", ARCHIVES, ids=lambda p: p.parent.name)
 def test_archive_point_reproduces(manifest):
     """Re-run one quick archived point, chosen by the git commit (verify.choose_point), and
@@ -361,6 +365,7 @@ def test_archive_point_reproduces(manifest):
 
 
 # ---- the GPU check, CPU mode --------------------------------------------------------------------
+@pytest.mark.slow
 def test_gpu_check_runs_on_cpu_at_tiny_sizes():
     res = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--cpu"],
