@@ -35,6 +35,14 @@ def book(tmp_path):
     shutil.copytree(
         ROOT / "book", tmp_path / "book", ignore=shutil.ignore_patterns("*.ipynb", "_*")
     )
+    # the release settings and the student notebooks the syllabus links to
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "src" / "attnbook").mkdir(parents=True)
+    shutil.copy(
+        ROOT / "src/attnbook/__init__.py", tmp_path / "src/attnbook/__init__.py"
+    )
+    (tmp_path / "notebooks").symlink_to(ROOT / "notebooks")
     return tmp_path
 
 
@@ -104,3 +112,11 @@ def test_the_list_of_exercises_no_page_sets_is_exact(book):
     _edit(book, "problem-sets.md", "*Rank-one fixed points*, ", "")
     found = "\n".join(course.problems(book))
     assert "'Exercises no page sets' omits ['Rank-one fixed points']" in found
+
+
+def test_a_missing_student_notebook_link_fails(book):
+    _edit(book, "session-2.md", "/notebooks/student/focus/condensation.ipynb)", ")")
+    found = course.problems(book)
+    assert (
+        "session-2.md: no link to the student notebook of focus/condensation" in found
+    )

@@ -13,7 +13,9 @@ by title in italics (the problem sets' written parts). ``tests/test_course.py`` 
 - a problem set's estimates (its table's times, plus each checked exercise's own) exceed the
   hours the page states;
 - a checked exercise is never assigned, or the problem sets' list of the exercises no page sets
-  is not exactly those.
+  is not exactly those;
+- the syllabus does not link a chapter with exercises to its student notebook on Colab, or a
+  session page the student notebooks of its chapters.
 
 ``python -m tools.course`` prints the numbers.
 """
@@ -252,6 +254,7 @@ def problems(root: Path = ROOT) -> list[str]:
     for e in ex.values():
         if e.checked and e.label not in named:
             out.append(f"{e.label} ({e.chapter}) is checked but never assigned")
+    out += student_link_problems(root)
     left_out = sorted(e.title for e in ex.values() if e.label not in named)
     listed = sorted(unassigned_listed(root))
     if listed != left_out:
@@ -262,6 +265,36 @@ def problems(root: Path = ROOT) -> list[str]:
             + (f"lists {extra}, which a page sets or no chapter has; " if extra else "")
             + (f"omits {missing}" if missing else "")
         )
+    return out
+
+
+def student_link_problems(root: Path = ROOT) -> list[str]:
+    """The syllabus must link every chapter with exercises to its student notebook on Colab,
+    and each session page the student notebooks of the chapters it names (two clicks from the
+    syllabus to a notebook without solutions)."""
+    from tools import colab
+
+    rel = colab.release(root)
+    urls = {}
+    for md in colab.notebook_chapters(root):
+        if colab._has_exercises(md):
+            doc = md.relative_to(root / "book").with_suffix("").as_posix()
+            if not colab.student_path(md, root).is_file():
+                continue  # `colab check` reports a missing student notebook
+            urls[doc] = colab.student_colab_url(md, rel, root)
+    out = []
+    syllabus = (root / COURSE / "syllabus.md").read_text(encoding="utf-8")
+    for doc, url in urls.items():
+        if f"| {{doc}}`../{doc}` | [open on Colab]({url}) |" not in syllabus:
+            out.append(
+                f"syllabus.md: no row linking {doc} to its student notebook {url}"
+            )
+    for page in sorted((root / COURSE).glob("session-*.md")):
+        text = page.read_text(encoding="utf-8")
+        head = re.search(r"^\*Week \d.*?\*\n", text, flags=re.M | re.S)
+        for doc in re.findall(r"\{doc\}`\.\./([^`]+)`", head.group(0) if head else ""):
+            if doc in urls and f"({urls[doc]})" not in text:
+                out.append(f"{page.name}: no link to the student notebook of {doc}")
     return out
 
 
