@@ -120,3 +120,25 @@ def test_a_missing_student_notebook_link_fails(book):
     assert (
         "session-2.md: no link to the student notebook of focus/condensation" in found
     )
+
+
+def test_every_session_has_expected_answers_for_the_instructor_only():
+    """Warm-up, explorer (where the plan has one) and exit question, in a dropdown that the
+    student edition removes (class instructor-answers)."""
+    import re
+
+    for page in sorted((ROOT / "book" / "course").glob("session-*.md")):
+        text = page.read_text(encoding="utf-8")
+        blocks = re.findall(
+            r"```\{admonition\} Expected answers.*?\n:class: [^\n]*instructor-answers"
+            r"[^\n]*\n(.*?)```",
+            text,
+            flags=re.S,
+        )
+        assert len(blocks) == 1, page.name
+        assert "**Warm-up.**" in blocks[0] and "**Exit question.**" in blocks[0], (
+            page.name
+        )
+        plan = text.split("## Plan", 1)[1].split("## ", 1)[0]
+        if "explorer" in plan:
+            assert "**Explorer.**" in blocks[0], page.name

@@ -17,6 +17,7 @@ PAGE = f"""<html><body><ul>
 <p>between</p>
 <div class="solution dropdown admonition" id="s2"><div><div>deep</div></div></div>
 <div class="exercise admonition" id="ex-b"><p>Exercise 2</p></div>
+<div class="dropdown instructor-answers admonition"><p>Expected answers</p><p>hidden</p></div>
 </article></body></html>"""
 
 
@@ -36,9 +37,10 @@ def _book(tmp_path):
 def test_solutions_sources_and_colab_links(tmp_path):
     html, root = _book(tmp_path)
     report = se.build(html, tmp_path / "student", root=root)
-    assert report["problems"] == [] and report["solutions_removed"] == 2
+    assert report["problems"] == [] and report["solutions_removed"] == 3
     page = (tmp_path / "student" / "book" / "pde" / "x.html").read_text()
     assert "Solution to" not in page and "deep" not in page and "x = 1" not in page
+    assert "Expected answers" not in page and "hidden" not in page
     assert "Exercise 1" in page and "Exercise 2" in page and "between" in page
     assert f"{COLAB}notebooks/student/pde/x.ipynb" in page and "_sources" not in page
     assert "Student edition" in page

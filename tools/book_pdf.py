@@ -53,7 +53,8 @@ a { color: inherit; text-decoration: none; }
 
 PREPARE = """async ([keepSolutions, base]) => {
   if (!keepSolutions) {
-    document.querySelectorAll("div.solution").forEach((el) => el.remove());
+    // the solutions, and the course pages' expected answers (instructor's edition only)
+    document.querySelectorAll("div.solution, div.instructor-answers").forEach((el) => el.remove());
   }
   document.querySelectorAll(".headerlink, .onlyprint").forEach((el) => el.remove());
   document.querySelectorAll(".toggle-hidden").forEach((el) => el.classList.remove("toggle-hidden"));

@@ -3,7 +3,8 @@
 ``python tools/student_edition.py [_build/html] [--out _build/html-student]`` (``make
 book-student``, after ``make book``) copies the built book and, on every page:
 
-- removes each solution (sphinx-exercise's ``div.solution``, gated code cells included);
+- removes each solution (sphinx-exercise's ``div.solution``, gated code cells included) and
+  the course pages' expected answers (``div.instructor-answers``);
 - points the Colab launch links at the chapter's student notebook (``notebooks/student/``,
   exercises as stubs), where there is one, instead of the instructor's notebook;
 - removes the links to the page's sources (``_sources/``, which hold the solutions) and the
@@ -26,7 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 _DIV = re.compile(r"<div\b|</div>")
-_SOLUTION = re.compile(r'<div class="solution\b[^"]*"')
+# a solution (sphinx-exercise) or the course pages' expected answers (instructor's edition only)
+_SOLUTION = re.compile(r'<div class="(?:solution\b|[^"]*\binstructor-answers\b)[^"]*"')
 _SOURCE_LINK = re.compile(r'<li><a href="[^"]*_sources/[^"]*".*?</li>', flags=re.S)
 _COLAB = re.compile(
     r"(https://colab\.research\.google\.com/github/[^/]+/[^/]+/blob/[^/]+/)book/([^\"']+?)\.ipynb"
@@ -79,7 +81,11 @@ def problems(out_dir: Path, root: Path = ROOT) -> list[str]:
     for page in sorted(out_dir.rglob("*.html")):
         text = page.read_text(encoding="utf-8")
         rel = page.relative_to(out_dir)
-        if _SOLUTION.search(text) or "Solution to" in text:
+        if (
+            _SOLUTION.search(text)
+            or "Solution to" in text
+            or "Expected answers" in text
+        ):
             found.append(f"{rel}: a solution is left")
         if "_sources/" in text:
             found.append(f"{rel}: links into _sources/")
