@@ -75,3 +75,29 @@ def test_the_real_book_has_a_student_notebook_per_chapter_with_exercises():
     for md in colab.notebook_chapters(root):
         if colab._has_exercises(md):
             assert colab.student_path(md, root).is_file(), md.name
+
+
+def test_the_launch_menu_gets_the_student_notebook(tmp_path):
+    from tools.attnbook_sphinxext import student_launch_button
+
+    (tmp_path / "notebooks" / "student" / "pde").mkdir(parents=True)
+    (tmp_path / "notebooks" / "student" / "pde" / "x.ipynb").write_text("{}")
+    colab = {
+        "type": "link",
+        "text": "Colab",
+        "icon": "logo.png",
+        "url": COLAB + "book/pde/x.ipynb",
+    }
+    context = {"header_buttons": [{"label": "launch-buttons", "buttons": [colab]}]}
+    entry = student_launch_button(tmp_path, context)
+    assert entry["url"] == COLAB + "notebooks/student/pde/x.ipynb"
+    assert context["header_buttons"][0]["buttons"][-1] is entry
+    colab["url"] = COLAB + "book/pde/none.ipynb"  # a chapter without a student notebook
+    assert (
+        student_launch_button(
+            tmp_path,
+            {"header_buttons": [{"label": "launch-buttons", "buttons": [colab]}]},
+        )
+        is None
+    )
+    assert student_launch_button(tmp_path, {"header_buttons": []}) is None
