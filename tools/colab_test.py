@@ -130,22 +130,9 @@ def serve(folder: Path):
 def head_wheel(folder: Path, root: Path = ROOT) -> Path:
     """The wheel of this checkout's HEAD (as ``make release-dry`` builds it) in ``folder``:
     what the install cell installs in this test, as it installs the release's wheel on Colab."""
-    from tools.release import build_wheel
+    from tools.release import build_wheel, uncommitted_src
 
-    dirty = subprocess.run(
-        [
-            "git",
-            "status",
-            "--porcelain",
-            "--untracked-files=no",
-            "src",
-            "pyproject.toml",
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    if dirty:
+    if uncommitted_src(root):
         print("note: uncommitted changes in src/ are not tested (HEAD is)")
     return build_wheel(folder, root=root)
 

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 __all__ = [
     "wheel_name",
     "results_zip_name",
+    "uncommitted_src",
     "build_wheel",
     "collect_excerpts",
     "zip_results",
@@ -67,6 +68,21 @@ def _git(*args: str, root: Path = ROOT) -> str:
     return subprocess.run(
         ["git", *args], cwd=root, check=True, capture_output=True, text=True
     ).stdout.strip()
+
+
+def uncommitted_src(root: Path = ROOT) -> bool:
+    """Whether ``src/`` or ``pyproject.toml`` has uncommitted changes (a wheel of HEAD leaves
+    them out)."""
+    return bool(
+        _git(
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "src",
+            "pyproject.toml",
+            root=root,
+        )
+    )
 
 
 def build_wheel(out_dir: Path, *, root: Path = ROOT, rev: str = "HEAD") -> Path:
@@ -276,10 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         check_tag(args.tag)
         print(f"{args.tag}: the package's version and _config.yml's release")
         return 0
-    dirty = _git(
-        "status", "--porcelain", "--untracked-files=no", "src", "pyproject.toml"
-    )
-    if dirty:
+    if uncommitted_src():
         print("note: uncommitted changes in src/ are not in the wheel (HEAD is)")
     assets = dry_run(args.out)
     for p in assets:
