@@ -204,7 +204,7 @@ pdf: chromium venv $(HTML_DIR)/search.html
 STUDENT_HTML_DIR := _build/html-student
 .PHONY: book-student
 book-student: venv $(HTML_DIR)/search.html
-	$(PY) tools/student_edition.py $(HTML_DIR) --out $(STUDENT_HTML_DIR)
+	$(PY) -m tools.student_edition $(HTML_DIR) --out $(STUDENT_HTML_DIR)
 
 # every page of the built book and of its student edition in Chromium: console, requests, math,
 # images, dropdowns, search; screenshots and report.json under _build/screens(-student)

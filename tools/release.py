@@ -32,6 +32,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from attnbook.results import file_sha256
+
 ROOT = Path(__file__).resolve().parents[1]
 
 __all__ = [
@@ -54,14 +56,6 @@ def wheel_name(version: str) -> str:
 
 def results_zip_name(version: str) -> str:
     return f"attnbook-{version}-results.zip"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _git(*args: str, root: Path = ROOT) -> str:
@@ -185,7 +179,7 @@ def check_assets(out_dir: Path, version: str) -> list[str]:
         path = out_dir / ex.filename
         if not path.is_file():
             problems.append(f"no excerpt {ex.filename}")
-        elif _sha256(path) != ex.sha256:
+        elif file_sha256(path) != ex.sha256:
             problems.append(f"{ex.filename}: SHA-256 differs from EXCERPTS")
     zpath = out_dir / results_zip_name(version)
     if not zpath.is_file():
@@ -218,7 +212,7 @@ def check_assets(out_dir: Path, version: str) -> list[str]:
         p for p in out_dir.iterdir() if p.name not in ("SHA256SUMS", "NOTES.md")
     )
     for p in assets:
-        if listed.get(p.name) != _sha256(p):
+        if listed.get(p.name) != file_sha256(p):
             problems.append(f"SHA256SUMS does not list {p.name} with its SHA-256")
     return problems
 
@@ -240,7 +234,9 @@ def _notes(version: str, assets: list[Path]) -> str:
         "| asset | bytes | SHA-256 |",
         "|---|---:|---|",
     ]
-    lines += [f"| `{p.name}` | {p.stat().st_size} | `{_sha256(p)}` |" for p in assets]
+    lines += [
+        f"| `{p.name}` | {p.stat().st_size} | `{file_sha256(p)}` |" for p in assets
+    ]
     lines += ["", f"Built from commit {_git('rev-parse', 'HEAD')}."]
     return "\n".join(lines) + "\n"
 
@@ -258,7 +254,7 @@ def dry_run(out_dir: Path) -> list[Path]:
     zip_results(ROOT / "results", out_dir / results_zip_name(__version__))
     assets = sorted(out_dir.iterdir())
     (out_dir / "SHA256SUMS").write_text(
-        "".join(f"{_sha256(p)}  {p.name}\n" for p in assets), encoding="utf-8"
+        "".join(f"{file_sha256(p)}  {p.name}\n" for p in assets), encoding="utf-8"
     )
     (out_dir / "NOTES.md").write_text(_notes(__version__, assets), encoding="utf-8")
     problems = check_assets(out_dir, __version__)

@@ -1,6 +1,6 @@
 """The book's student edition: the built HTML without the exercises' solutions.
 
-``python tools/student_edition.py [_build/html] [--out _build/html-student]`` (``make
+``python -m tools.student_edition [_build/html] [--out _build/html-student]`` (``make
 book-student``, after ``make book``) copies the built book and, on every page:
 
 - removes each solution (sphinx-exercise's ``div.solution``, gated code cells included) and
@@ -23,6 +23,8 @@ import re
 import shutil
 import sys
 from pathlib import Path
+
+from tools.colab import STUDENT_DIR  # the one name of the student notebooks' folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +65,7 @@ def student_page(html: str, *, has_student_notebook) -> tuple[str, int]:
     html = _SOURCE_LINK.sub("", html)
 
     def colab(m):
-        path = f"notebooks/student/{m.group(2)}.ipynb"
+        path = f"{STUDENT_DIR.as_posix()}/{m.group(2)}.ipynb"
         return m.group(1) + path if has_student_notebook(path) else m.group(0)
 
     html = _COLAB.sub(colab, html)
@@ -112,9 +114,8 @@ def build(html_dir: Path, out_dir: Path, root: Path = ROOT) -> dict:
     for page in sorted(out_dir.rglob("*.html")):
         text = page.read_text(encoding="utf-8")
         new, n = student_page(text, has_student_notebook=lambda p: (root / p).is_file())
-        student_links += new.count("/notebooks/student/") - text.count(
-            "/notebooks/student/"
-        )
+        marker = f"/{STUDENT_DIR.as_posix()}/"
+        student_links += new.count(marker) - text.count(marker)
         page.write_text(new, encoding="utf-8")
         pages, solutions = pages + 1, solutions + n
     found = problems(out_dir, root)
