@@ -563,3 +563,38 @@ def test_ledger_notebooks_stop_with_the_published_page_outside_a_checkout(tmp_pa
             text=True,
         )
         assert inside.returncode == 0, inside.stderr
+
+
+def test_gpu_run_script_parses_and_names_its_modes():
+    """``tools/gpu_run.sh`` (the prepared GPU run of every notebook) is valid bash, and without
+    a mode it says how to call it instead of doing anything."""
+    script = ROOT / "tools" / "gpu_run.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "prepare|run" in proc.stderr
+
+
+def test_colab_test_report_line_holds_the_notebooks_records(tmp_path, monkeypatch):
+    """``--report`` writes one JSON line per notebook as it ends, with that chapter's records
+    only (a run cut off keeps what finished)."""
+    from tools import colab_test
+
+    ledger = tmp_path / "ledger"
+    ledger.mkdir()
+    for chapter in ("pde/gaussians", "pde/particles"):
+        (ledger / f"{chapter.replace('/', '__')}.json").write_text(
+            json.dumps({"chapter": chapter, "claims": []})
+        )
+    monkeypatch.setattr(
+        colab_test,
+        "_execute_one",
+        lambda *a: {"notebook": str(a[1]), "wall_s": 1.5, "error": None},
+    )
+    report = tmp_path / "report.jsonl"
+    nb = ROOT / "book" / "pde" / "gaussians.ipynb"
+    env = {"ATTNBOOK_LEDGER_DIR": str(ledger)}
+    colab_test._execute(Path(sys.executable), nb, tmp_path, env, 10, report=report)
+    (line,) = report.read_text().splitlines()
+    got = json.loads(line)
+    assert got["chapter"] == "pde/gaussians" and got["wall_s"] == 1.5
+    assert [r["chapter"] for r in got["records"]] == ["pde/gaussians"]

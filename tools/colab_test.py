@@ -17,6 +17,12 @@
    and needs a checkout, so it is not executed here).
 
 Usage: ``python -m tools.colab_test [--venv DIR] [--jobs N] [--only part/chapter ...]``.
+
+On a GPU runtime (``tools/gpu_run.sh``), ``--python PY`` runs the notebooks in an existing
+environment instead of a fresh venv (its torch is the CUDA build; attnbook is uninstalled first,
+so the install cell installs it), ``--served DIR`` takes the excerpts and the wheel from a folder
+prepared where the data and git are (``--prepare DIR`` makes it), and ``--report FILE`` writes
+every notebook's time and error and every claim record as JSON, one line per notebook as it ends.
 """
 
 from __future__ import annotations
@@ -137,7 +143,53 @@ def head_wheel(folder: Path, root: Path = ROOT) -> Path:
     return build_wheel(folder, root=root)
 
 
-def _execute(py: Path, nb: Path, cwd: Path, env: dict, timeout: int) -> dict:
+_REPORT_LOCK = threading.Lock()
+
+
+def prepare_served(folder: Path) -> None:
+    """The folder ``--served`` takes: the data excerpts and the wheel of HEAD, made here (where
+    the data folder and git are) for a runtime that has neither."""
+    from attnbook.data import find_data_dir
+    from attnbook.download import build_excerpts
+
+    data_dirs = [d for d in find_data_dir() if d.is_dir()]
+    if not data_dirs:
+        raise SystemExit(
+            "no local data folder: set ATTNBOOK_DATA_DIR (see README, Data)"
+        )
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    build_excerpts(folder, data_dir=data_dirs[0])
+    print(f"served folder {folder}: {head_wheel(folder).name} and the excerpts")
+
+
+def _execute(
+    py: Path, nb: Path, cwd: Path, env: dict, timeout: int, report: Path | None = None
+) -> dict:
+    result = _execute_one(py, nb, cwd, env, timeout)
+    # one line per notebook as it ends: a run cut off keeps the rest
+    if report is not None:
+        ledger = Path(env["ATTNBOOK_LEDGER_DIR"])
+        chapter = nb.relative_to(ROOT / "book").with_suffix("").as_posix()
+        records = [
+            rec
+            for p in sorted(ledger.glob("*.json"))
+            if (rec := json.loads(p.read_text())).get("chapter") == chapter
+        ]
+        with _REPORT_LOCK, open(report, "a", encoding="utf-8") as fh:
+            fh.write(
+                json.dumps({**result, "chapter": chapter, "records": records}) + "\n"
+            )
+    print(
+        f"{nb.relative_to(ROOT / 'book')}: {result['wall_s']:.1f} s "
+        f"{'FAILED' if result['error'] else 'ok'}",
+        flush=True,
+    )
+    return result
+
+
+def _execute_one(py: Path, nb: Path, cwd: Path, env: dict, timeout: int) -> dict:
     proc = subprocess.run(
         [str(py), "-c", _RUNNER, str(nb), str(cwd), str(timeout)],
         env=env,
@@ -160,7 +212,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("JOBS", "2")))
     parser.add_argument("--timeout", type=int, default=600)
     parser.add_argument("--only", nargs="*", default=None, help="chapter ids")
+    parser.add_argument(
+        "--python", type=Path, default=None, help="an existing environment's python"
+    )
+    parser.add_argument(
+        "--served", type=Path, default=None, help="a --prepare'd folder"
+    )
+    parser.add_argument(
+        "--prepare", type=Path, default=None, help="write the served folder and stop"
+    )
+    parser.add_argument("--report", type=Path, default=None, help="JSON lines out")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="every chapter's seed (ATTNBOOK_SEED)"
+    )
     args = parser.parse_args(argv)
+    if args.prepare is not None:
+        prepare_served(args.prepare)
+        return 0
 
     t_start = time.perf_counter()
     chapters = colab.notebook_chapters(ROOT)
@@ -179,17 +247,32 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp)
         venv = args.venv or tmp / "venv"
         py = venv / "bin" / "python"
-        if not (args.reuse_venv and py.is_file()):
+        # an existing runtime (a GPU's): attnbook comes by the install cell, as on Colab
+        if args.python is not None:
+            py, venv = args.python, args.python.parent.parent
+            subprocess.run(
+                [str(py), "-m", "pip", "uninstall", "--quiet", "--yes", "attnbook"],
+                capture_output=True,
+            )
+        elif not (args.reuse_venv and py.is_file()):
             make_venv(venv)
         else:  # as fresh as Colab: the notebooks' install cell installs attnbook
             _run([str(py), "-m", "pip", "uninstall", "--quiet", "--yes", "attnbook"])
         t_venv = time.perf_counter() - t_start
-        data_dirs = [d for d in find_data_dir() if d.is_dir()]
-        if not data_dirs:
-            print("no local data folder: set ATTNBOOK_DATA_DIR (see README, Data)")
-            return 1
-        build_excerpts(tmp / "served", data_dir=data_dirs[0])
-        wheel = head_wheel(tmp / "served")
+        if args.served is not None:
+            shutil.copytree(args.served, tmp / "served")
+            wheels = sorted((tmp / "served").glob("attnbook-*.whl"))
+            if len(wheels) != 1:
+                print(f"{args.served} holds {len(wheels)} attnbook wheels, not one")
+                return 1
+            wheel = wheels[0]
+        else:
+            data_dirs = [d for d in find_data_dir() if d.is_dir()]
+            if not data_dirs:
+                print("no local data folder: set ATTNBOOK_DATA_DIR (see README, Data)")
+                return 1
+            build_excerpts(tmp / "served", data_dir=data_dirs[0])
+            wheel = head_wheel(tmp / "served")
         # the archived sweeps, served as the repository serves them at the release's tag
         shutil.copytree(ROOT / "results", tmp / "served" / "results")
         work = tmp / "work"
@@ -209,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             MPLBACKEND="agg",
             OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
         )
+        if args.seed is not None:
+            env["ATTNBOOK_SEED"] = str(args.seed)
         results = []
         with serve(tmp / "served") as url:
             env["ATTNBOOK_DATA_URL"] = url
@@ -216,7 +301,12 @@ def main(argv: list[str] | None = None) -> int:
             env["ATTNBOOK_INSTALL"] = url + wheel.name
             nbs = [ROOT / "book" / f"{i}.ipynb" for i in selected]
             run = functools.partial(
-                _execute, py, cwd=work, env=env, timeout=args.timeout
+                _execute,
+                py,
+                cwd=work,
+                env=env,
+                timeout=args.timeout,
+                report=args.report,
             )
             if nbs:  # the first notebook installs attnbook; the others find it there
                 results.append(run(nbs[0]))
