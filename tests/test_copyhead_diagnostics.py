@@ -52,6 +52,44 @@ def test_sgld_targets_shapes_and_halving_interface():
         D.sgld_targets(st, n_chains=0, n_steps=10)
 
 
+def test_target_chains_targets_selects_the_rows_of_those_targets():
+    st = nested_statistics([20, 40, 80], 4, 3, seed=2)
+    r = D.sgld_targets(st, n_chains=2, n_steps=120, burn_in=20, thin=5, seed=3)
+    sub = r.targets([2, 0])
+    assert sub.obs.shape == (20, 2, 2, 2)
+    np.testing.assert_array_equal(sub.obs, r.obs[:, :, [2, 0]])
+    # chain j of target i at j · n_targets + i: rows 2, 0 (chain 0) and 5, 3 (chain 1)
+    rows = [2, 0, 5, 3]
+    assert torch.equal(sub.samples, r.samples[:, rows])
+    assert torch.equal(sub.step_size, r.step_size[rows])
+    assert torch.equal(sub.lambda_max["b"], r.lambda_max["b"][rows])
+    assert torch.equal(sub.final, r.final[rows])
+    np.testing.assert_allclose(sub["mean"], r["mean"][[2, 0]], rtol=1e-12)
+
+
+def test_step_halving_runs_both_steps_in_one_batch():
+    st = nested_statistics([30, 90], 5, 3, seed=4)
+    full, half = D.step_halving(
+        st, n_chains=3, n_steps=300, burn_in=100, thin=4, fraction=0.2, seed=5
+    )
+    for r in (full, half):
+        assert r.obs.shape == (50, 3, 2, 2) and np.isfinite(r["mean"]).all()
+    # the rule for each chain's own curvature, and half of it for the second set of chains
+    assert torch.allclose(full.step_size[:, -1], 0.2 / full.lambda_max["b"])
+    assert torch.allclose(half.step_size[:, -1], 0.1 / half.lambda_max["b"])
+    assert torch.allclose(half.step_size[:, 0], 0.1 / half.lambda_max["G"])
+    # fresh chains: the two halves start from different points
+    assert not torch.equal(full.samples[0], half.samples[0])
+    again = D.step_halving(
+        st, n_chains=3, n_steps=300, burn_in=100, thin=4, fraction=0.2, seed=5
+    )
+    assert torch.equal(again[1].samples, half.samples)  # a seed gives the same chains
+    with pytest.raises(TypeError, match="stats"):
+        D.step_halving("x")
+    with pytest.raises(ValueError, match="n_chains"):
+        D.step_halving(st, n_chains=0)
+
+
 def test_sgld_targets_softmax_hot_start():
     st = nested_statistics([50], 6, 3, seed=2)
     hot = heads.copy_start(2, 6, seed=0)
