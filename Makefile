@@ -199,6 +199,7 @@ $(HTML_DIR)/search.html:
 pdf: chromium venv $(HTML_DIR)/search.html
 	$(PY) tools/book_pdf.py $(HTML_DIR) --chromium $(CHROMIUM) --out _build/pdf/attnbook.pdf
 	$(PY) tools/book_pdf.py $(HTML_DIR) --chromium $(CHROMIUM) --no-solutions --out _build/pdf/attnbook-student.pdf
+	$(PY) tools/book_pdf.py check _build/pdf/attnbook.pdf _build/pdf/attnbook-student.pdf $(HTML_DIR)
 
 # the student edition of the built book: solutions removed, Colab links to the student notebooks
 STUDENT_HTML_DIR := _build/html-student

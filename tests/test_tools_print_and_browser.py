@@ -66,3 +66,24 @@ def test_author_year_labels():
     style = sphinx_reader.AuthorYearLabelStyle()
     twice = list(style.format_labels([bib.entries["a"], bib.entries["a"]]))
     assert twice == ["Cuturi, 2013a", "Cuturi, 2013b"]
+
+
+def test_pdf_check_reads_code_and_figures_of_a_page():
+    """The PDF check counts TeX shown as code (allowed in print) and the article's figures
+    (not the header's logo, which is not printed), and which figures sit inside a solution
+    (the student's edition does not print those)."""
+    page = book_pdf._ChapterHTML()
+    page.feed(
+        '<header><img src="logo.png"></header><article>'
+        '<p><span class="math">\\(x\\)</span></p><pre>print("\\\\frac")</pre>'
+        '<img src="a.png"><div class="solution"><p><img src="b.png"></p></div>'
+        "<code>$$</code><img src='c.png'></article>"
+    )
+    code = "".join(page.code)
+    assert "\\frac" in code and "$$" in code and "\\(x" not in code
+    assert page.images == 3 and page.solution_images == 1
+
+
+def test_pdf_check_usage_error_without_both_editions(capsys):
+    assert book_pdf.main(["check", "only-one.pdf"]) == 2
+    assert "usage" in capsys.readouterr().out

@@ -4,6 +4,7 @@ Run after ``make book`` (``make pdf`` does both the install and the run)::
 
     python tools/book_pdf.py _build/html --out _build/pdf/attnbook.pdf
     python tools/book_pdf.py _build/html --out _build/pdf/attnbook-student.pdf --no-solutions
+    python tools/book_pdf.py check _build/pdf/attnbook.pdf _build/pdf/attnbook-student.pdf
 
 Every page of ``_toc.yml`` is opened in the system Chromium (Playwright, served over HTTP on
 loopback), MathJax typesets its math, the exercises' solution dropdowns are opened (or, with
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import html.parser
 import io
 import sys
 import time
@@ -232,7 +234,165 @@ def build_pdf(
     }
 
 
+def _images_of(resources, seen: set) -> int:
+    """Image XObjects drawn through ``resources``, also inside form XObjects (once each)."""
+    n = 0
+    for ref in ((resources or {}).get("/XObject") or {}).values():
+        key = getattr(ref, "idnum", None) or id(ref)
+        if key in seen:
+            continue
+        seen.add(key)
+        obj = ref.get_object()
+        if obj.get("/Subtype") == "/Image":
+            n += 1
+        elif obj.get("/Subtype") == "/Form":
+            n += _images_of(obj.get("/Resources"), seen)
+    return n
+
+
+def _pdf_facts(path: Path) -> dict:
+    """Pages, text, images and font families of a printed edition (pypdf)."""
+    from pypdf import PdfReader
+
+    reader = PdfReader(str(path))
+    text, images, fonts, seen = [], 0, set(), set()
+    for page in reader.pages:
+        text.append(page.extract_text() or "")
+        resources = page.get("/Resources") or {}
+        images += _images_of(resources, seen)
+        for font in (resources.get("/Font") or {}).values():
+            font = font.get_object()
+            descriptor = font.get("/FontDescriptor")
+            family = descriptor.get_object().get("/FontFamily") if descriptor else None
+            # Chromium embeds web fonts (MathJax's among them) as Type 3, named by family
+            fonts.add(str(family or font.get("/BaseFont", "")))
+    return {
+        "pages": len(reader.pages),
+        "text": "\n".join(text),
+        "images": images,
+        "fonts": fonts,
+    }
+
+
+#: TeX that is left in a page's text only where math was not typeset (or shown as code)
+TEX_TOKENS = ("\\(", "\\[", "$$", "\\frac", "\\mathrm", "\\lambda", "\\sum")
+
+
+_VOID = {"img", "br", "hr", "input", "meta", "link", "source", "wbr", "col", "area"}
+
+
+class _ChapterHTML(html.parser.HTMLParser):
+    """The text inside ``<pre>``/``<code>`` (TeX shown as code, legitimately) and the figures
+    (``<img>``) of a built page, and which of them sit inside a solution dropdown."""
+
+    def __init__(self):
+        super().__init__()
+        self.code, self.images, self.solution_images = [], 0, 0
+        self._code_depth, self._stack = 0, []
+
+    def handle_starttag(self, tag, attrs):
+        classes = (dict(attrs).get("class") or "").split()
+        if tag not in _VOID:
+            self._stack.append((tag, "solution" in classes))
+        if tag in ("pre", "code"):
+            self._code_depth += 1
+        # what is printed: the article (the header's logo and the sidebars are not)
+        if tag == "img" and any(t == "article" for t, _ in self._stack):
+            self.images += 1
+            self.solution_images += any(sol for _, sol in self._stack)
+
+    def handle_endtag(self, tag):
+        if tag in ("pre", "code"):
+            self._code_depth = max(0, self._code_depth - 1)
+        if tag not in _VOID:
+            # pop to the matching open tag (HTML may leave some unclosed)
+            for k in range(len(self._stack) - 1, -1, -1):
+                if self._stack[k][0] == tag:
+                    del self._stack[k:]
+                    break
+
+    def handle_data(self, data):
+        if self._code_depth:
+            self.code.append(data)
+
+
+def check_editions(instructor: Path, student: Path, html_dir: Path) -> list[str]:
+    """What is wrong with the two printed editions:
+
+    * every chapter of ``_toc.yml`` printed (at least a page each);
+    * the math typeset: MathJax's fonts are embedded, and no TeX source is left in the text
+      beyond what the built pages show as code (a TeX token counted in the PDF's text may not
+      outnumber its occurrences in the pages' ``<pre>``/``<code>``);
+    * the figures there: at least as many images as the chapters' ``<img>`` (the student's
+      edition: those outside solutions);
+    * the solutions and the course pages' expected answers in the instructor's edition only.
+    """
+    facts = {"instructor": _pdf_facts(instructor), "student": _pdf_facts(student)}
+    root = Path(__file__).resolve().parent.parent
+    pages = [html_dir / f"{d}.html" for _, d in toc_entries(root)]
+    problems = [f"no built page {p}" for p in pages if not p.is_file()]
+    code_text, figures, solution_figures = [], 0, 0
+    for page in (p for p in pages if p.is_file()):
+        parsed = _ChapterHTML()
+        parsed.feed(page.read_text(encoding="utf-8"))
+        code_text += parsed.code
+        figures += parsed.images
+        solution_figures += parsed.solution_images
+    code = "".join(code_text)
+    expected_images = {"instructor": figures, "student": figures - solution_figures}
+    for name, f in facts.items():
+        if f["pages"] < len(pages):
+            problems.append(f"{name}: {f['pages']} pages for {len(pages)} chapters")
+        if not any("MathJax" in font for font in f["fonts"]):
+            problems.append(f"{name}: no MathJax font embedded (math not typeset)")
+        for tex in TEX_TOKENS:
+            n_pdf, n_code = f["text"].count(tex), code.count(tex)
+            if n_pdf > n_code:
+                problems.append(
+                    f"{name}: TeX {tex!r} printed {n_pdf} times, shown as code only "
+                    f"{n_code} times in the pages (math not typeset)"
+                )
+        if f["images"] < expected_images[name]:
+            problems.append(
+                f"{name}: {f['images']} images printed for {expected_images[name]} "
+                "figures in the pages"
+            )
+    solutions = facts["instructor"]["text"].count("Solution to")
+    if solutions == 0:
+        problems.append("instructor: no solution printed")
+    if "Expected answers" not in facts["instructor"]["text"]:
+        problems.append(
+            "instructor: the course pages' expected answers are not printed"
+        )
+    for word in ("Solution to", "Expected answers"):
+        if word in facts["student"]["text"]:
+            problems.append(f"student: {word!r} is printed")
+    summary = "; ".join(
+        f"{n}: {f['pages']} pages, {f['images']} images, "
+        f"{sum('MathJax' in x for x in f['fonts'])} MathJax fonts"
+        for n, f in facts.items()
+    )
+    print(
+        f"{summary}; {solutions} solutions in the instructor's; "
+        f"{figures} figures in the pages ({solution_figures} in solutions)"
+    )
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == [
+        "check"
+    ]:  # python tools/book_pdf.py check INSTRUCTOR STUDENT [HTML]
+        if len(argv) not in (3, 4):
+            print("usage: book_pdf.py check INSTRUCTOR.pdf STUDENT.pdf [HTML_DIR]")
+            return 2
+        instructor, student = Path(argv[1]), Path(argv[2])
+        html_dir = Path(argv[3]) if len(argv) > 3 else Path("_build/html")
+        problems = check_editions(instructor, student, html_dir)
+        for p in problems:
+            print("PROBLEM:", p)
+        return 1 if problems else 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("html", type=Path, nargs="?", default=Path("_build/html"))
     parser.add_argument("--out", type=Path, default=Path("_build/pdf/attnbook.pdf"))
