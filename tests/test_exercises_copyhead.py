@@ -29,8 +29,8 @@ from attnbook.copyhead import order_parameters
 from attnbook.exercises.copyhead import (
     _data_action_tau,
     _group_best,
+    _head_loss_reference,
     _plain_rhat,
-    _pooling_reference,
     _rhat_ddof0,
 )
 from attnbook.exercises.core import references_allowed
@@ -59,7 +59,7 @@ def _data_action(qF, qS, m1, m2, P, V):
 #: the package's tested implementation of each exercise's answer
 REFERENCE = {
     "ex-copy-data": _copy_data,
-    "ex-copy-pooling-loss": _pooling_reference,
+    "ex-copy-pooling-loss": _head_loss_reference,
     "ex-bayes-order-parameters": order_parameters,
     "ex-bayes-data-action": _data_action,
     "ex-linear-action": lambda m, c, P, L, V: A.linear_action(
@@ -140,6 +140,31 @@ def _no_abs(final, groups, rtol):
     return final <= _group_best(final, groups) * (1 + rtol)
 
 
+def _head_loss_parts(c1, cG, L):
+    """Σ a_m, Σ a_m² and the weight on the target of the head A = c1 J/L + cG S."""
+    return c1 + cG, c1**2 / L + 2 * c1 * cG / L + cG**2, c1 / L + cG
+
+
+def _head_loss_orthogonal(c1, cG, L, V):  # tokens at different positions never agree
+    s, sq, a = _head_loss_parts(c1, cG, L)
+    return sq - 2 * a + 1
+
+
+def _head_loss_target_apart(c1, cG, L, V):  # the target treated as independent of h
+    s, sq, a = _head_loss_parts(c1, cG, L)
+    return (1 - 1 / V) * sq + s**2 / V - 2 * s / V + 1
+
+
+def _head_loss_target_cG(c1, cG, L, V):  # the target's weight without its pooled share
+    s, sq, a = _head_loss_parts(c1, cG, L)
+    return (1 - 1 / V) * (sq - 2 * cG + 1) + (s - 1) ** 2 / V
+
+
+def _head_loss_no_cross(c1, cG, L, V):  # Σ a_m² without the cross term 2 c1 cG / L
+    s, sq, a = _head_loss_parts(c1, cG, L)
+    return (1 - 1 / V) * (c1**2 / L + cG**2 - 2 * a + 1) + (s - 1) ** 2 / V
+
+
 #: label → [(a wrong answer, a fragment its message must contain)]
 WRONG = {
     "ex-copy-data": [
@@ -150,9 +175,12 @@ WRONG = {
         (lambda t, V: _copy_data(t, V)[0], "expected a pair"),
     ],
     "ex-copy-pooling-loss": [
-        (lambda L, V: (1 - 1 / V) * (1 + 1 / L), "the sign of the 1/L term"),
-        (lambda L, V: 1 - 1 / V, "limit L → ∞"),
-        (lambda L, V: [1.0, 2.0], "expected one number"),
+        (lambda c1, cG, L, V: (1 - 1 / V) * (1 - 1 / L), "depends on c1 and c_G"),
+        (_head_loss_orthogonal, "probability 1/V"),
+        (_head_loss_target_apart, "one of the averaged tokens"),
+        (_head_loss_target_cG, "not c_G alone"),
+        (_head_loss_no_cross, "cross term"),
+        (lambda c1, cG, L, V: [1.0, 2.0], "expected one number"),
     ],
     "ex-bayes-order-parameters": [
         (_naive_projection, "not orthogonal"),
@@ -161,12 +189,12 @@ WRONG = {
     ],
     "ex-bayes-data-action": [
         (lambda *a: _data_action(*a) - a[4] / 2, "the constant P/(2κ)"),
-        (lambda *a: _data_action_tau(a[:4], a[4], a[5], tau=a[4]), "τ = σ_w² P/(κ V)"),
+        (lambda *a: _data_action_tau(a[:4], a[4], a[5], tau=a[4]), "τ is off"),
         (lambda *a: _data_action(*a).sum(), "wrong shape"),
     ],
     "ex-linear-action": [
         (_no_prior, "add the prior"),
-        (_unit_sigma_m, "σ_m² = σ_b² + σ_g²/L²"),
+        (_unit_sigma_m, "σ_m² is not 1"),
     ],
     "ex-linear-onset-p": [
         (lambda L, V: _onset_formula(L, V, sign=-1), "negative root"),
@@ -180,7 +208,7 @@ WRONG = {
                 1 / (torch.exp(g) + L - 1),
                 A.softmax_order_parameters(g, L)[1],
             ),
-            "a_1 = L/Z",
+            "a_1 is off by a factor L",
         ),
         (lambda g, L: A.softmax_order_parameters(g, L)[0], "expected a pair"),
     ],

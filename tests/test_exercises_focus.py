@@ -127,7 +127,7 @@ WRONG = {
     ],
     "ex-focus-grad-m-origin": [
         (lambda P: -REFERENCE["ex-focus-grad-m-origin"](P), "the sign"),
-        (lambda P: REFERENCE["ex-focus-grad-m-origin"](P).T, "not r πᵀ"),
+        (lambda P: REFERENCE["ex-focus-grad-m-origin"](P).T, "transpose of ∂L/∂M"),
         (
             lambda P: torch.outer(
                 torch.full((P.shape[0],), 1 / P.shape[0], dtype=P.dtype),
@@ -149,7 +149,7 @@ WRONG = {
         ),
     ],
     "ex-focus-type-attention": [
-        (lambda Phi, pi: torch.softmax(Phi, -1), "weight e^{Φ_qk} by π_k"),
+        (lambda Phi, pi: torch.softmax(Phi, -1), "ignores the frequencies"),
         (lambda Phi, pi: attention_mixture(Phi, pi).T, "rows are queries"),
         (
             lambda Phi, pi: pi * Phi.exp() / (pi * Phi.exp()).sum(-1, keepdim=True),
@@ -162,7 +162,7 @@ WRONG = {
         (_growth_rate_log_pi, "centre the logits"),
         (
             lambda pi, rho: theory.attention_growth_rate(pi, rho) * (pi**2).sum(),
-            "power of ‖π‖ is 5",
+            "power of ‖π‖ in the denominator",
         ),
     ],
     "ex-focus-average-entropies": [
@@ -177,7 +177,7 @@ WRONG = {
     "ex-focus-position-entropy": [
         (lambda w, pi, s: torch.as_tensor(metrics.attention_entropy(w)), "type-level"),
         (lambda w, pi, s: math.log(s) + _kl(w, pi), "the sign"),
-        (lambda w, pi, s: math.log(s) - _kl(pi.expand_as(w), w), "not KL(π‖w_q)"),
+        (lambda w, pi, s: math.log(s) - _kl(pi.expand_as(w), w), "wrong way round"),
         (lambda w, pi, s: math.log(s) - (w * (w / pi).log()).sum(-1), "0·log 0"),
     ],
     "ex-focus-perturbed-pi": [
@@ -203,7 +203,7 @@ WRONG = {
     "ex-focus-zipf": [
         (lambda d, s: torch.arange(d, dtype=torch.float64) ** -s, "ranks start at 1"),
         (lambda d, s: torch.arange(1, d + 1, dtype=torch.float64) ** -s, "normalise"),
-        (lambda d, s: _zipf(d, -s), "exponent is −s"),
+        (lambda d, s: _zipf(d, -s), "sign of the exponent"),
     ],
     "ex-focus-bigram": [
         (_flat_bigram, "within each sequence"),

@@ -98,7 +98,7 @@ WRONG = {
     ],
     "ex-pde-rk4-step": [
         (_euler, "Euler"),
-        (_rk4_equal_weights, "1, 2, 2, 1"),
+        (_rk4_equal_weights, "not weighted equally"),
         (lambda x, f, h: x + h * f(x + h / 2 * f(x)), "midpoint"),
     ],
     "ex-mf-w2-1d": [

@@ -14,6 +14,13 @@ In a chapter (and in its student notebook) an exercise ends with::
 
     exercises.check("ex-l2-weights", l2_weights)
 
+Hints escalate: a failure's ``hint:`` line names the mistake, and its last line says that
+``attnbook.exercises.hint("ex-l2-weights")`` gives a further hint. Each call of :func:`hint`
+prints the next rung of that exercise's ladder (the checker states it, ``checker(...,
+hints=(...))``), from the idea to the structure of the computation; none states the result.
+After the last rung it points to the solution in the instructor's edition, or to asking in
+class. :func:`reset_hints` starts a ladder (or every ladder) over.
+
 One module per part registers its checkers when imported: :mod:`.foundations`,
 :mod:`.focus` (Part I), :mod:`.copyhead` (Part II), :mod:`.pde` and :mod:`.pde_figures` (Part III); a new chapter's
 checkers go into its part's module, written with :func:`~attnbook.exercises.core.checker`.
@@ -23,9 +30,9 @@ from __future__ import annotations
 
 # one module per part: importing it registers its checkers
 from . import copyhead, focus, foundations, pde, pde_figures  # noqa: E402,F401  (registers)
-from .core import CHECKERS, checker
+from .core import CHECKERS, checker, hint, reset_hints
 
-__all__ = ["CHECKERS", "check", "checker", "labels"]
+__all__ = ["CHECKERS", "check", "checker", "hint", "labels", "reset_hints"]
 
 
 def labels() -> list[str]:

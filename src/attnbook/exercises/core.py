@@ -5,6 +5,11 @@ A part's module defines each checker as a function of the student's answer, deco
 way it can fail (an unfinished stub, an exception, ``None``) into an :class:`AssertionError`
 that names the input; :func:`as_array` and :func:`assert_close` compare a result with the
 expected one and say where they differ.
+
+Hints escalate. A failure's ``hint:`` line names the mistake the checker saw; every checker also
+states a ladder of further hints (``checker(..., hints=(...))``), from the idea or building block
+to the structure of the computation and a small input to test it on. :func:`hint` gives the next
+rung of an exercise's ladder on each call; no rung states the result.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ __all__ = [
     "generator",
     "randn",
     "references_allowed",
+    "hint",
+    "reset_hints",
 ]
 
 #: exercise label → checker (filled by the part modules when :mod:`attnbook.exercises` loads)
@@ -42,18 +49,32 @@ STUB_HINT = (
 )
 
 
-def checker(label: str, *, what: str, reference: tuple[str, ...] = ()):
+def checker(
+    label: str,
+    *,
+    what: str,
+    reference: tuple[str, ...] = (),
+    hints: tuple[str, ...] = (),
+):
     """Register the decorated function as the checker of exercise ``label``.
 
     ``what`` names the expected answer in messages (``"a function l2_weights(q, k)"``).
     ``reference`` names the package functions that compute the answer
     (``"attnbook.markov.stationary"``): while the student's function runs (:func:`call`) they
     refuse to run, so a one-line call to the book's own function does not pass for the work.
+    ``hints`` is the exercise's ladder of further hints, which :func:`hint` gives one per call:
+    two or three sentences that go from the idea or building block to the structure of the
+    computation (which intermediate to check, on what small input). None states the result: no
+    formula or code line that is the answer, no number it should give, no reference function.
     """
     reference = tuple(reference)
     for name in reference:
         if not isinstance(name, str) or "." not in name:
             raise ValueError(f"reference must hold dotted names, got {name!r}")
+    hints = (hints,) if isinstance(hints, str) else tuple(hints)
+    for text in hints:
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"hints must be non-empty strings, got {text!r}")
 
     def register(fn):
         if label in CHECKERS:
@@ -78,6 +99,7 @@ def checker(label: str, *, what: str, reference: tuple[str, ...] = ()):
         run.label = label
         run.what = what
         run.reference = reference
+        run.hints = hints
         CHECKERS[label] = run
         return run
 
@@ -107,13 +129,79 @@ def _is_unfinished(answer) -> bool:
 
 
 def fail(label: str, message: str, *, on=None, hint: str | None = None):
-    """Raise the :class:`AssertionError` of a wrong answer: what, on which input, a hint."""
+    """Raise the :class:`AssertionError` of a wrong answer: what, on which input, a hint.
+
+    When the exercise has a ladder of hints, a last line says that :func:`hint` gives more."""
     text = f"{label}: {message}"
     if on is not None:
         text += f"\n  on input: {on}"
     if hint:
         text += f"\n  hint: {hint}"
+    if getattr(CHECKERS.get(label), "hints", ()):
+        text += f"\n  {HINT_CALL.format(label=label)} gives a further hint"
     raise AssertionError(text)
+
+
+#: how a failure message and the book name the call that gives the next hint
+HINT_CALL = 'attnbook.exercises.hint("{label}")'
+
+NO_MORE_HINTS = (
+    "no further hints for {label}: read the exercise's solution in the instructor's edition "
+    "of the book, or ask in class"
+)
+
+#: exercise label → how many rungs of its ladder :func:`hint` has given
+_HINTS_GIVEN: dict[str, int] = {}
+
+
+class _Hint(str):
+    """The text :func:`hint` returns; already printed, so a notebook does not echo it."""
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+def _known(label) -> None:
+    """Raise the TypeError or KeyError of a label that names no registered exercise."""
+    if not isinstance(label, str):
+        raise TypeError(
+            f"label must be a str, an exercise label such as 'ex-l2-weights', "
+            f"got {type(label).__name__} {_short(label)}"
+        )
+    if label not in CHECKERS:
+        raise KeyError(
+            f"no checker for exercise {label!r}; known exercises: "
+            f"{', '.join(sorted(CHECKERS))}"
+        )
+
+
+def hint(label: str) -> str:
+    """Print and return the next hint of exercise ``label``'s ladder.
+
+    The first call gives the first rung, the next call the second, and so on; after the last
+    rung every call says that there are no further hints and points to the exercise's solution
+    (the instructor's edition) or to asking in class. :func:`reset_hints` starts over.
+    """
+    _known(label)
+    ladder = CHECKERS[label].hints
+    given = _HINTS_GIVEN.get(label, 0)
+    if given < len(ladder):
+        _HINTS_GIVEN[label] = given + 1
+        text = ladder[given]
+        print(f"hint {given + 1} of {len(ladder)} ({label}): {text}")
+    else:
+        text = NO_MORE_HINTS.format(label=label)
+        print(text)
+    return _Hint(text)
+
+
+def reset_hints(label: str | None = None) -> None:
+    """Start exercise ``label``'s ladder of hints over (every exercise's when ``None``)."""
+    if label is None:
+        _HINTS_GIVEN.clear()
+        return
+    _known(label)
+    _HINTS_GIVEN.pop(label, None)
 
 
 def success(label: str) -> None:

@@ -95,6 +95,23 @@ def _scalar(label: str, value, *, on: str, what: str) -> float:
     "ex-focus-stationary",
     what="a function stationary(P)",
     reference=("attnbook.markov.stationary",),
+    hints=(
+        (
+            "π is a fixed point of one step of the chain, read as a row vector: a LEFT "
+            "eigenvector of P for the eigenvalue 1, which is not the same as a right "
+            "eigenvector of P."
+        ),
+        (
+            "Rather than iterating (which oscillates on a periodic chain), solve a linear "
+            "system: the fixed-point equations are dependent, so replace one of them by the "
+            "condition that the entries sum to one (torch.linalg.solve, or a least-squares "
+            "solve)."
+        ),
+        (
+            "Test on the 3-cycle 0 → 1 → 2 → 0, whose law symmetry tells you, and on a 2 × 2 "
+            "chain you solve by hand: multiply your vector by P from the left and compare."
+        ),
+    ),
 )
 def check_stationary(fn) -> None:
     """The stationary law π (``(d,)``, π ≥ 0, Σπ = 1, πᵀP = πᵀ) of a row-stochastic ``P``."""
@@ -119,19 +136,23 @@ def check_stationary(fn) -> None:
     for P, on, answer in _answers(label, fn, cases):
         got = as_array(label, answer, on=on, what="π")
         expected = markov.stationary(P).numpy()
-        hint = "π is the LEFT eigenvector of P for eigenvalue 1 (πᵀP = πᵀ), scaled to sum 1"
+        hint = (
+            "π is off: check that one step of the chain leaves it unchanged (multiply it by "
+            "P from the left), that it is nonnegative and that its entries sum to one"
+        )
         if got.shape == expected.shape and np.all(np.isfinite(got)):
             if "periodic" in on and not _same(got, expected, atol=1e-8):
                 hint = (
-                    "iterating π ← πᵀP does not converge on a periodic chain: solve the "
-                    "linear system (Pᵀ − I)π = 0 with Σπ = 1 instead"
+                    "iterating the chain does not converge on a periodic chain: find the "
+                    "fixed point by solving a linear system, not by iteration"
                 )
             elif _same(got, np.full_like(expected, 1 / len(expected))) and not _same(
                 expected, got
             ):
                 hint = (
-                    "that is the right eigenvector (P·1 = 1): use the eigenvectors of "
-                    "P.T, i.e. solve πᵀP = πᵀ"
+                    "that is the right eigenvector of P (the uniform vector, for every "
+                    "chain): π is a LEFT eigenvector, a row vector multiplied by P from the "
+                    "left"
                 )
             elif got.sum() != 0 and _same(got / got.sum(), expected, atol=1e-8):
                 hint = "the direction is right: normalise so that the entries sum to 1"
@@ -144,6 +165,21 @@ def check_stationary(fn) -> None:
     "ex-focus-entropy-rate",
     what="a function entropy_rate(P)",
     reference=("attnbook.markov.entropy_rate",),
+    hints=(
+        (
+            "The entropy rate is the uncertainty of the NEXT token given the current one: the "
+            "entropy of each row of P, averaged over the current token."
+        ),
+        (
+            "The average uses the stationary weights (markov.stationary is allowed here), and "
+            "each row's entropy needs the convention 0·log 0 of zero, e.g. with "
+            "torch.special.xlogy."
+        ),
+        (
+            "Test on a chain whose rows are all equal, where the rate must be the entropy of "
+            "that row, and on a permutation chain, where the next token is certain."
+        ),
+    ),
 )
 def check_entropy_rate(fn) -> None:
     """The entropy rate ``h = −Σ_i π_i Σ_j P_ij log P_ij`` (nats) of a chain, a number."""
@@ -162,11 +198,13 @@ def check_entropy_rate(fn) -> None:
         pi = markov.stationary(P)
         rows = markov.entropy(P)
         hint = (
-            "h = Σ_i π_i H(P_i): the entropy of each row, averaged with the weights π_i"
+            "h is off: check the entropy of each row (sign, natural log, zero entries) and "
+            "the weights of the average over the current token"
         )
         if not math.isfinite(got):
             hint = (
-                "0·log 0 gives NaN: use torch.special.xlogy(P, P), which gives 0 there"
+                "0·log 0 gives NaN: a zero transition must contribute nothing to its row's "
+                "entropy"
             )
         elif math.isclose(got, float(markov.entropy(pi)), rel_tol=1e-6):
             hint = (
@@ -178,14 +216,33 @@ def check_entropy_rate(fn) -> None:
         elif math.isclose(got, expected / math.log(2), rel_tol=1e-6):
             hint = "the book measures entropy in nats: use the natural log, not log2"
         elif math.isclose(got, -expected, rel_tol=1e-6):
-            hint = "the sign: entropy is −Σ p log p ≥ 0"
+            hint = "the sign: an entropy rate is never negative, and yours is"
         assert_close(label, got, expected, on=on, hint=hint, what="h")
 
 
 # --- condensation -----------------------------------------------------------------------------
 
 
-@checker("ex-focus-grad-m-origin", what="a function grad_M_origin(P)")
+@checker(
+    "ex-focus-grad-m-origin",
+    what="a function grad_M_origin(P)",
+    hints=(
+        (
+            "Start from the gradient in the proposition on the population loss and evaluate "
+            "each factor at the origin, where every score vanishes."
+        ),
+        (
+            "At the origin every query attends to the token types with the same law, and the "
+            "residual of query q involves the row P_q; weighted by π_q and summed over q, the "
+            "rows of P enter only through their π-weighted average."
+        ),
+        (
+            "Build the matrix as a sum of outer products over the queries for a 3-state "
+            "chain; then check that changing the laziness leaves it unchanged, and which "
+            "index its rows carry."
+        ),
+    ),
+)
 def check_grad_m_origin(fn) -> None:
     """∂L/∂M at θ = 0 for the chain ``P``: ``π(1/d − π)ᵀ = −π bᵀ``, shape ``(d, d)``."""
     label = "ex-focus-grad-m-origin"
@@ -200,8 +257,9 @@ def check_grad_m_origin(fn) -> None:
         u, v = theory.condensation_directions(pi)
         expected = (-theory.condensation_rate(pi) * torch.outer(u, v)).numpy()
         hint = (
-            "at M = 0, Φ = 0: w_q = π and r_q = 1/d − P_q, so ∂L/∂M = Σ_q π_q π r_qᵀ "
-            "(use Σ_q π_q P_q = π)"
+            "∂L/∂M is off: evaluate each factor of the gradient at the origin (the "
+            "attention laws and the residuals there), then sum over the queries with their "
+            "frequencies"
         )
         if got.shape == expected.shape:
             if _same(got, -expected):
@@ -209,11 +267,15 @@ def check_grad_m_origin(fn) -> None:
                     "the sign: the gradient points uphill; the flow moves along −∂L/∂M"
                 )
             elif _same(got, expected.T):
-                hint = "rows of M are the (context) token types: ∂L/∂M = π rᵀ, not r πᵀ"
+                hint = (
+                    "your matrix is the transpose of ∂L/∂M: rows of M are the (context) "
+                    "token types, so check which index each factor of the outer product "
+                    "carries"
+                )
             elif _same(got, np.outer(np.full(len(pi), 1 / len(pi)), expected.sum(0))):
                 hint = (
-                    "at Φ = 0 a query attends to token types with weights π, "
-                    "not uniformly: w_q = π"
+                    "at the origin a query attends to the token types in proportion to "
+                    "their frequencies, not uniformly"
                 )
         assert_close(label, got, expected, on=on, hint=hint, what="∂L/∂M")
 
@@ -222,6 +284,21 @@ def check_grad_m_origin(fn) -> None:
     "ex-focus-condensation-rate",
     what="a function condensation_rate(pi)",
     reference=("attnbook.focus.theory.condensation_rate",),
+    hints=(
+        (
+            "The rate is the largest singular value of a rank-one matrix, an outer product of "
+            "two vectors: such a matrix has a single nonzero singular value."
+        ),
+        (
+            "Apply the outer product u vᵀ to v and to any vector orthogonal to v: that tells "
+            "you its singular value in terms of the two vectors. Here the second vector is π "
+            "with its uniform part removed."
+        ),
+        (
+            "Check on the uniform law (which factor vanishes there?), and compare with "
+            "torch.linalg.matrix_norm(..., ord 2) of the matrix you build for the book's π."
+        ),
+    ),
 )
 def check_condensation_rate(fn) -> None:
     """The stage-I growth rate ``c_I = ‖π‖ ‖π − 1/d‖`` (a number) of a law ``pi``."""
@@ -240,16 +317,23 @@ def check_condensation_rate(fn) -> None:
         p = pi.numpy()
         b = p - 1 / len(p)
         hint = (
-            "c_I is the top singular value of ∂L/∂M|₀ = −π bᵀ with b = π − 1/d: ‖π‖·‖b‖"
+            "c_I is off: it is the top singular value of the gradient at the origin, a "
+            "rank-one matrix; check both of its factors"
         )
         if not math.isfinite(got):
-            hint = "a uniform π has b = 0 and c_I = 0: do not divide by ‖b‖"
+            hint = (
+                "your rate is not finite for the uniform law: do not divide by ‖b‖, which "
+                "vanishes there"
+            )
         elif math.isclose(got, float(p @ p), rel_tol=1e-6):
-            hint = "centre π first: b = π − 1/d, not π (the uniform part does not grow)"
+            hint = (
+                "centre π first: the uniform part of π does not grow, so one factor is π "
+                "with its uniform part removed, not π itself"
+            )
         elif math.isclose(got, float(np.linalg.norm(b)), rel_tol=1e-6) and got:
-            hint = "the rate is ‖π‖·‖b‖: the factor ‖π‖ comes from the query side"
+            hint = "a factor is missing: the factor ‖π‖ from the query side"
         elif math.isclose(got, float(p @ p) * float(b @ b), rel_tol=1e-6) and got:
-            hint = "norms, not squared norms: ‖π‖·‖b‖"
+            hint = "norms, not squared norms: you squared both factors"
         assert_close(label, got, expected, on=on, hint=hint, what="c_I")
 
 
@@ -260,6 +344,21 @@ def check_condensation_rate(fn) -> None:
     "ex-focus-type-attention",
     what="a function type_attention(Phi, pi)",
     reference=("attnbook.focus.population.attention_mixture",),
+    hints=(
+        (
+            "In a long context type k fills a fraction π_k of the positions, so its total "
+            "weight is proportional to its frequency times the exponential of its score."
+        ),
+        (
+            "A frequency times an exponential is the exponential of a sum: write each row as "
+            "a softmax over k of a shifted score, which torch.softmax evaluates without "
+            "overflow."
+        ),
+        (
+            "Test with Φ full of zeros (what should each row be before anything is learned?) "
+            "and with one huge entry in a row, which must give a one-hot row and no NaN."
+        ),
+    ),
 )
 def check_type_attention(fn) -> None:
     """The long-context attention laws ``w_q(k) ∝ π_k e^{Φ_qk}`` (rows), shape ``(d, d)``."""
@@ -282,16 +381,20 @@ def check_type_attention(fn) -> None:
         got = as_array(label, answer, on=on, what="w")
         expected = attention_mixture(Phi, pi).numpy()
         hint = (
-            "w_q(k) = π_k e^{Φ_qk} / Σ_l π_l e^{Φ_ql}: softmax over k of Φ_qk + log π_k"
+            "w is off: check that type k's weight grows with both its score and its "
+            "frequency π_k, and that each row is normalised over k"
         )
         if got.shape == expected.shape:
             if not np.all(np.isfinite(got)):
                 hint = (
-                    "e^Φ overflows for large scores: use torch.softmax(Phi + log π, -1), "
-                    "which subtracts each row's maximum"
+                    "e^Φ overflows for large scores (inf/inf gives NaN): write each row as "
+                    "a softmax, which subtracts the row's maximum first"
                 )
             elif _same(got, torch.softmax(Phi, -1).numpy()):
-                hint = "type k fills a fraction π_k of a long context: weight e^{Φ_qk} by π_k"
+                hint = (
+                    "this ignores the frequencies: type k fills a fraction π_k of a long "
+                    "context, and its weight must account for that"
+                )
             elif _same(got.T, expected):
                 hint = "rows are queries: normalise over the keys k (the last axis)"
             elif not np.allclose(got.sum(-1), 1.0, atol=1e-9):
@@ -303,6 +406,23 @@ def check_type_attention(fn) -> None:
     "ex-focus-rate-hand",
     what="a function growth_rate(pi, rho)",
     reference=("attnbook.focus.theory.attention_growth_rate",),
+    hints=(
+        (
+            "Compute each factor of the formula in its own line from its definition in the "
+            "chapter: the centred logits, S₃, T and the norm of π, with torch operations on "
+            "π."
+        ),
+        (
+            "The centring subtracts the mean of log π over the d types; S₃ and T are sums "
+            "over the types of powers of π (T also involves log π and the entropy H(π)); the "
+            "laziness ρ is a plain factor."
+        ),
+        (
+            "Ask which factor vanishes for the uniform law and which for i.i.d. tokens (ρ of "
+            "zero), check your code agrees, then compare each factor for the book's π by "
+            "hand."
+        ),
+    ),
 )
 def check_growth_rate(fn) -> None:
     """The stage-II rate ``c = ρ‖ℓ̃‖S₃T/‖π‖⁵`` at the saddle, a number."""
@@ -321,8 +441,8 @@ def check_growth_rate(fn) -> None:
         lp = np.log(p)
         s2 = (p**2).sum()
         hint = (
-            "c = ρ‖ℓ̃‖S₃T/‖π‖⁵ with ℓ̃ = log π − mean(log π), S₃ = Σπ³ − (Σπ²)², "
-            "T = Σ π²(log π + H(π))"
+            "c is off: compute each factor (the centred logits, S₃, T, the power of ‖π‖ and "
+            "ρ) on its own line and compare it with its definition in the chapter"
         )
         if expected and math.isclose(got, expected / rho, rel_tol=1e-6):
             hint = "the rate is proportional to the laziness ρ: multiply by rho"
@@ -331,9 +451,12 @@ def check_growth_rate(fn) -> None:
             expected * np.linalg.norm(lp) / np.linalg.norm(lp - lp.mean()),
             rel_tol=1e-6,
         ):
-            hint = "centre the logits: ℓ̃ = log π − mean(log π), not log π"
+            hint = "centre the logits: you used log π itself, not the centred logits ℓ̃"
         elif expected and math.isclose(got, expected * s2, rel_tol=1e-6):
-            hint = "the power of ‖π‖ is 5 (‖π‖³ from g² and ‖π‖² from πᵀG⁰π)"
+            hint = (
+                "the power of ‖π‖ in the denominator is wrong: count the powers that g² "
+                "and πᵀG⁰π contribute"
+            )
         assert_close(
             label, got, expected, on=on, hint=hint, rtol=1e-6, atol=1e-12, what="c"
         )
@@ -346,7 +469,27 @@ def _laws(d: int, seed: int) -> torch.Tensor:
     return torch.softmax(3 * torch.randn(d, d, generator=_gen(seed), dtype=F64), -1)
 
 
-@checker("ex-focus-average-entropies", what="a function average_entropies(w, pi)")
+@checker(
+    "ex-focus-average-entropies",
+    what="a function average_entropies(w, pi)",
+    hints=(
+        (
+            "First compute one entropy per query, of its row w_q, then average these numbers "
+            "in two different ways."
+        ),
+        (
+            "One average is the plain mean over queries, the other weights each query's "
+            "entropy by its frequency π_q: an average of entropies, not the entropy of an "
+            "averaged law. Zero weights need the convention 0·log 0 of zero "
+            "(torch.special.xlogy)."
+        ),
+        (
+            "Test on laws that are all equal, where both averages must agree, and on a "
+            "one-hot row, whose entropy is zero, not NaN; keep the uniform average first in "
+            "the pair."
+        ),
+    ),
+)
 def check_average_entropies(fn) -> None:
     """``(H_u, H_π)``: the type-level entropies ``H(w_q)`` averaged uniformly and with ``π``."""
     label = "ex-focus-average-entropies"
@@ -367,15 +510,18 @@ def check_average_entropies(fn) -> None:
                 label,
                 f"expected two numbers (H_u, H_π), got shape {got.shape}",
                 on=on,
-                hint="return a tuple (H_u, H_π) of two numbers",
+                hint="the answer is a pair of two numbers, the averages (H_u, H_π)",
             )
         H = metrics.attention_entropy(w)
         expected = np.array([H.mean(), float(pi.numpy() @ H)])
-        hint = "H(w_q) = −Σ_k w_q(k) log w_q(k) per query; H_u = mean over q, H_π = Σ_q π_q H(w_q)"
+        hint = (
+            "the averages are off: check each query's entropy (sign, natural log, zero "
+            "weights), then the weights of each of the two averages over the queries"
+        )
         if _same(got, expected[::-1]) and not _same(got, expected):
             hint = "the order: H_u (uniform average) first, then H_π (π-weighted)"
         elif not np.all(np.isfinite(got)):
-            hint = "0·log 0 gives NaN: use torch.special.xlogy(w, w)"
+            hint = "0·log 0 gives NaN: a zero weight must contribute nothing to the entropy"
         elif _same(got[1:], [float(metrics.attention_entropy(pi @ w))]):
             hint = (
                 "H_π averages the entropies H(w_q), not the entropy of the averaged law"
@@ -387,6 +533,22 @@ def check_average_entropies(fn) -> None:
     "ex-focus-position-entropy",
     what="a function position_entropy(w, pi, s)",
     reference=("attnbook.focus.metrics.position_entropy",),
+    hints=(
+        (
+            "Spell out the attention over positions: type k fills about sπ_k positions, which "
+            "share the weight w_q(k) of that type equally."
+        ),
+        (
+            "Write the entropy as a sum over types of (number of positions) × (weight per "
+            "position) × log(weight per position), then split the logarithm into a part with "
+            "s and a part that compares w_q with π."
+        ),
+        (
+            "Test with w_q equal to π for every query (the start of training), where the "
+            "attention over the s positions is uniform, and with one-hot rows, which must not "
+            "give NaN."
+        ),
+    ),
 )
 def check_position_entropy(fn) -> None:
     """Position-level entropy ``log s − KL(w_q‖π)`` of each query, shape ``(d,)``."""
@@ -407,22 +569,31 @@ def check_position_entropy(fn) -> None:
         expected = metrics.position_entropy(w, pi, s)
         kl_back = metrics.attention_kl(pi.expand_as(w).clone(), w.clamp_min(1e-300))
         hint = (
-            "type k fills s·π_k positions sharing weight w_q(k): the entropy is "
-            "log s − Σ_k w_q(k) log(w_q(k)/π_k)"
+            "the entropies are off: spell out the attention over the s positions (how many "
+            "positions type k fills, and the weight of each) before you take its entropy"
         )
         if got.shape == expected.shape:
             if not np.all(np.isfinite(got)):
-                hint = "0·log 0 gives NaN: use torch.special.xlogy for w log(w/π)"
+                hint = (
+                    "0·log 0 gives NaN: a type with zero weight must contribute nothing"
+                )
             elif _same(got, metrics.attention_entropy(w)):
-                hint = "that is the type-level entropy H(w_q): at the position level add log s − …"
+                hint = (
+                    "that is the type-level entropy H(w_q): at the position level a type's "
+                    "weight is shared among its positions, which brings in s and π"
+                )
             elif _same(
                 got, np.log(s) + metrics.attention_kl(w, pi.expand_as(w).clone())
             ):
                 hint = (
-                    "the sign: concentrating away from π lowers the entropy, log s − KL"
+                    "the sign: concentrating away from π must lower the entropy, and in "
+                    "yours it raises it"
                 )
             elif np.all(np.isfinite(kl_back)) and _same(got, np.log(s) - kl_back):
-                hint = "the KL is KL(w_q‖π) (weights w), not KL(π‖w_q)"
+                hint = (
+                    "the divergence is the wrong way round: yours is KL(π‖w_q), averaged "
+                    "with the weights π"
+                )
         assert_close(label, got, expected, on=on, hint=hint, what="the entropies")
 
 
@@ -433,6 +604,21 @@ def check_position_entropy(fn) -> None:
     "ex-focus-perturbed-pi",
     what="a function perturbed_pi(d, pi_top, delta)",
     reference=("attnbook.markov.perturbed_stationary",),
+    hints=(
+        (
+            "The law has one frequent token and d − 1 rare ones, which share the remaining "
+            "mass equally before the perturbation moves them apart."
+        ),
+        (
+            "Build the rare part first, the equal share plus δ times the ξ of the exercise "
+            "(torch.linspace from 1 down to −1), then put the frequent token in front "
+            "(torch.cat), all in float64."
+        ),
+        (
+            "Compare with the example for d of 4 given in the exercise, and check that the "
+            "entries sum to one for δ of zero and for a nonzero δ."
+        ),
+    ),
 )
 def check_perturbed_pi(fn) -> None:
     """``π₀ = pi_top``, rare tokens ``(1 − pi_top)/(d − 1) + ξ_i δ``, ``ξ = linspace(1, −1, d−1)``."""
@@ -449,13 +635,22 @@ def check_perturbed_pi(fn) -> None:
     for d, top, delta, on, answer in _answers(label, fn, cases):
         got = as_array(label, answer, on=on, what="π")
         expected = markov.perturbed_stationary(d, top, delta).numpy()
-        hint = "π = (pi_top, r + c₁δ, …, r + c_{d−1}δ), r = (1 − pi_top)/(d − 1), c = linspace(1, −1, d − 1)"
+        hint = (
+            "π is off: check the frequent token's entry, the equal share of the rare tokens "
+            "and the shift of each rare token by δ"
+        )
         if got.shape == expected.shape and not math.isclose(
             got.sum(), 1.0, rel_tol=1e-9
         ):
-            hint = "π must sum to 1: the shifts ξ_iδ must sum to zero (ξ = linspace(1, −1, d − 1))"
+            hint = (
+                "π must sum to 1: your shifts of the rare tokens do not sum to zero (each "
+                "rare token gets its own multiple ξ_i of δ)"
+            )
         elif got.shape == expected.shape and _same(got[1:], expected[1:][::-1]):
-            hint = "the first rare token gets +δ: c runs from +1 down to −1"
+            hint = (
+                "the shifts are in reverse order: the first rare token gets the largest "
+                "shift (ξ runs from +1 down to −1)"
+            )
         assert_close(label, got, expected, on=on, hint=hint, what="π")
 
 
@@ -463,6 +658,20 @@ def check_perturbed_pi(fn) -> None:
     "ex-focus-stable-rank",
     what="a function stable_rank(A)",
     reference=("attnbook.focus.metrics.stable_rank",),
+    hints=(
+        (
+            "Both norms are functions of the singular values: the Frobenius norm collects all "
+            "of them, the spectral norm only the largest."
+        ),
+        (
+            "torch.linalg.svdvals gives the singular values in decreasing order; the ratio is "
+            "of SQUARED norms, so square before you sum and before you divide."
+        ),
+        (
+            "Test on a rank-one outer product, which has a single nonzero singular value, and "
+            "on the 3 × 3 identity, where all singular values are equal."
+        ),
+    ),
 )
 def check_stable_rank(fn) -> None:
     """Stable rank ``‖A‖_F² / ‖A‖₂² = Σσ_i²/σ₁²`` of a matrix, a number."""
@@ -485,13 +694,19 @@ def check_stable_rank(fn) -> None:
         got = _scalar(label, answer, on=on, what="the stable rank")
         expected = float(metrics.stable_rank(A))
         s = np.linalg.svd(A.numpy(), compute_uv=False)
-        hint = "stable rank = Σ_i σ_i² / σ₁² (Frobenius norm squared over spectral norm squared)"
+        hint = (
+            "the stable rank is off: check which two norms enter (Frobenius and spectral), "
+            "which is on top, and that both are squared"
+        )
         if math.isclose(got, s.sum() / s[0], rel_tol=1e-6) and not math.isclose(
             got, expected, rel_tol=1e-6
         ):
-            hint = "square the singular values: ‖A‖_F² = Σσ_i², ‖A‖₂² = σ₁²"
+            hint = "square the singular values: you divided their plain sum by the largest one"
         elif math.isclose(got, math.sqrt(expected), rel_tol=1e-6) and expected != 1:
-            hint = "the ratio of the SQUARED norms: ‖A‖_F² / ‖A‖₂²"
+            hint = (
+                "that is the square root of the stable rank: you took a ratio of norms, "
+                "not of SQUARED norms"
+            )
         assert_close(
             label, got, expected, on=on, hint=hint, rtol=1e-6, what="the stable rank"
         )
@@ -500,7 +715,25 @@ def check_stable_rank(fn) -> None:
 # --- real-text --------------------------------------------------------------------------------
 
 
-@checker("ex-focus-zipf", what="a function zipf(d, s)")
+@checker(
+    "ex-focus-zipf",
+    what="a function zipf(d, s)",
+    hints=(
+        (
+            "The law is a negative power of the rank, normalised to sum one; ranks start at "
+            "1, not at 0."
+        ),
+        (
+            "Build the ranks as a float64 tensor (torch.arange can start at 1), weight each "
+            "rank by its negative power, and divide by the total: the most frequent token has "
+            "rank 1."
+        ),
+        (
+            "Check d of 3 with exponent 0, which must be the uniform law, and with exponent "
+            "1, whose normalisation you can do by hand with fractions."
+        ),
+    ),
+)
 def check_zipf(fn) -> None:
     """The Zipf law ``π_k ∝ k^{−s}``, k = 1…d, shape ``(d,)``."""
     label = "ex-focus-zipf"
@@ -510,16 +743,20 @@ def check_zipf(fn) -> None:
         got = as_array(label, answer, on=on, what="π")
         k = np.arange(1, d + 1, dtype=float)
         expected = k**-s / (k**-s).sum()
-        hint = "π_k = k^(−s) / Σ_j j^(−s) for ranks k = 1, …, d"
+        hint = (
+            "π is off: check the ranks (they start at 1), the sign of the exponent and the "
+            "normalisation"
+        )
         if got.shape == expected.shape:
             if not np.all(np.isfinite(got)):
-                hint = (
-                    "ranks start at 1: 0^(−s) is infinite (use torch.arange(1, d + 1))"
-                )
+                hint = "ranks start at 1: a rank of 0 gives an infinite weight"
             elif not math.isclose(got.sum(), 1.0, rel_tol=1e-9):
                 hint = "normalise: π must sum to 1"
             elif s and _same(got, (k**s / (k**s).sum())):
-                hint = "the exponent is −s: the most frequent token has rank 1"
+                hint = (
+                    "the sign of the exponent is flipped: the most frequent token, of rank "
+                    "1, must get the largest weight"
+                )
         assert_close(label, got, expected, on=on, hint=hint, what="π")
 
 
@@ -527,6 +764,21 @@ def check_zipf(fn) -> None:
     "ex-focus-bigram",
     what="a function bigram_chain(tokens, d)",
     reference=("attnbook.markov.estimate_chain",),
+    hints=(
+        (
+            "Count transitions: for each pair of consecutive tokens inside one sequence, add "
+            "one to the count of (current, next), then normalise each row of the count table."
+        ),
+        (
+            "The pairs are positions l and l + 1 of the same row of tokens, so the end of one "
+            "sequence never joins the start of the next; torch.bincount of a flattened pair "
+            "index (current·d + next) counts them all at once."
+        ),
+        (
+            "A row without counts gets the unigram frequencies instead of 0/0: test on two "
+            "short sequences in which one token never occurs, with a table you count by hand."
+        ),
+    ),
 )
 def check_bigram_chain(fn) -> None:
     """Bigram estimate ``P̂_ij = n_ij / Σ_l n_il`` from sequences ``(n, L)`` of ids in ``[0, d)``."""
@@ -550,8 +802,8 @@ def check_bigram_chain(fn) -> None:
         expected, pi_hat = markov.estimate_chain(tokens, d)
         expected = expected.numpy()
         hint = (
-            "count n_ij of i followed by j within each sequence, divide each row by its "
-            "sum; a row of a token never seen gets the unigram frequencies"
+            "P̂ is off: check which pairs you count (consecutive tokens of one sequence), "
+            "the normalisation of each row, and the row of a token never seen"
         )
         if got.shape == expected.shape:
             flat = markov.estimate_chain(tokens.reshape(-1), d)[0].numpy()

@@ -37,6 +37,23 @@ def _describe(**tensors) -> str:
     "ex-l2-weights",
     what="a function l2_weights(q, k)",
     reference=("attnbook.attention.attention_weights",),
+    hints=(
+        (
+            "Expand the squared distance between a query and a key: one of its three terms is "
+            "the same for every key of a row, and a softmax over the keys does not see such a "
+            "term."
+        ),
+        (
+            "So each row is a softmax over the keys of a score made of a scalar product and "
+            "the keys' squared norms; torch.softmax over the last axis normalises it without "
+            "underflow."
+        ),
+        (
+            "Test it on two queries and three keys in 2-D that lie close together: the "
+            "weights should have shape (2, 3) and agree with the direct exponential of minus "
+            "the squared distance, normalised by hand."
+        ),
+    ),
 )
 def check_l2_weights(fn) -> None:
     """ℓ² attention weights ``(n_q, n_k)`` from queries ``(n_q, d)`` and keys ``(n_k, d)``."""
@@ -55,16 +72,21 @@ def check_l2_weights(fn) -> None:
         on = _describe(q=q, k=k) + (" (tokens far apart)" if i == 2 else "")
         got = as_array(label, call(label, fn, q.clone(), k.clone(), on=on), on=on)
         expected = att.attention_weights(q, k, kind="l2").numpy()
-        hint = "P_ij = softmax_j(2⟨q_i, k_j⟩ − ‖k_j‖²): each row is a softmax over the keys"
+        hint = (
+            "the weights differ from the ℓ² attention weights: check your score of one "
+            "query–key pair against minus their squared distance (up to a term the softmax "
+            "over the keys does not see), and that you normalise over the keys"
+        )
         if got.shape == expected.shape:
             if np.allclose(got, torch.softmax(q @ k.T, -1).numpy(), atol=1e-9):
                 hint = (
-                    "this is plain softmax of ⟨q_i, k_j⟩: the ℓ² score also has −‖k_j‖²"
+                    "this is a plain softmax of the scalar products ⟨q_i, k_j⟩: the ℓ² "
+                    "score also depends on the norm of each key"
                 )
             elif not np.all(np.isfinite(got)):
                 hint = (
-                    "e^(−‖q−k‖²) underflows to 0 for distant tokens (0/0 = NaN): use "
-                    "torch.softmax, which subtracts each row's maximum first"
+                    "the exponential underflows to 0 for distant tokens, and 0/0 gives "
+                    "NaN: normalise in a way that subtracts each row's maximum score first"
                 )
             elif not np.allclose(got.sum(-1), 1.0, atol=1e-9):
                 hint = "each row must sum to 1: normalise over the keys (the last axis)"
@@ -75,6 +97,22 @@ def check_l2_weights(fn) -> None:
     "ex-row-entropy",
     what="a function row_entropy(P)",
     reference=("attnbook.attention.row_entropy",),
+    hints=(
+        (
+            "The entropy of a row is a sum over its entries of a function of each weight "
+            "alone; the only delicate entry is a weight of exactly zero, which contributes "
+            "nothing."
+        ),
+        (
+            "torch.special.xlogy(x, y) computes x log y and gives 0 where x is 0; reduce over "
+            "the last axis only, so that leading batch axes survive."
+        ),
+        (
+            "Try a one-hot row, a uniform row of length 4 and a batch of shape (2, 3, 4): "
+            "work out by hand what the first two should give, and check that the third gives "
+            "shape (2, 3)."
+        ),
+    ),
 )
 def check_row_entropy(fn) -> None:
     """Entropy (nats) of each row of a row-stochastic ``P`` (``(..., n_k)`` → ``(...)``)."""
@@ -91,15 +129,18 @@ def check_row_entropy(fn) -> None:
         on = f"P of shape {tuple(P.shape)}{note}"
         got = as_array(label, call(label, fn, P.clone(), on=on), on=on)
         expected = att.row_entropy(P).numpy()
-        hint = "H_i = −Σ_j P_ij log P_ij, summed over the last axis (natural log)"
+        hint = (
+            "your entropies differ from the book's: check the sign, the base of the "
+            "logarithm (nats) and the axis you sum over (the last one only)"
+        )
         if got.shape == expected.shape:
             if not np.all(np.isfinite(got)):
                 hint = (
-                    "0·log 0 gives NaN: treat zero weights as contributing 0 "
-                    "(e.g. torch.special.xlogy(P, P))"
+                    "0·log 0 gives NaN: a zero weight must contribute nothing to the "
+                    "entropy (look for a logarithm product that handles zeros)"
                 )
             elif np.allclose(got, -expected, atol=1e-9) and expected.any():
-                hint = "the sign: entropy is −Σ p log p ≥ 0"
+                hint = "the sign: an entropy is never negative, and yours is"
             elif np.allclose(got, expected / math.log(2), atol=1e-9) and expected.any():
                 hint = (
                     "the book measures entropy in nats: use the natural log, not log2"
@@ -114,6 +155,22 @@ def check_row_entropy(fn) -> None:
     "ex-howto-interval",
     what="a function t_interval(values)",
     reference=("attnbook.claims.student_t_interval",),
+    hints=(
+        (
+            "The interval is centred on the sample mean, and its half-width is a Student-t "
+            "quantile times the standard error of the mean."
+        ),
+        (
+            "Take the quantile from scipy.stats.t at the upper 97.5 % point with n − 1 "
+            "degrees of freedom, and the standard error from the sample standard deviation "
+            "(ddof 1) and √n."
+        ),
+        (
+            "Check on five values: the interval must be symmetric about their mean and a "
+            "little wider than the one with the normal quantile 1.96, since few values make t "
+            "heavier."
+        ),
+    ),
 )
 def check_t_interval(fn) -> None:
     """The Student-t 95 % interval ``(low, high)`` of the mean of a 1-D tensor of values."""
@@ -130,22 +187,28 @@ def check_t_interval(fn) -> None:
                 label,
                 f"expected two numbers (low, high), got shape {got.shape}",
                 on=on,
-                hint="return a tuple: (mean − half, mean + half)",
+                hint="the answer is a pair (low, high), the two ends of the interval",
             )
         expected = np.array(student_t_interval(values.numpy()))
         mean, half = float(values.mean()), (expected[1] - expected[0]) / 2
         ratio = (got[1] - got[0]) / 2 / half
         hint = (
-            "half-width = t_{0.975, n−1} · s / √n with s the sample standard deviation"
+            "the half-width is off: check the quantile (which distribution, how many "
+            "degrees of freedom), the standard deviation (which ddof) and how the standard "
+            "error shrinks with the number of values"
         )
         if not np.isclose((got[0] + got[1]) / 2, mean, rtol=1e-9, atol=1e-12):
             hint = "the interval must be centred on the mean of the values"
         elif np.isclose(ratio, _normal_half(values) / half, rtol=1e-3):
             hint = (
-                "that is the normal quantile 1.96: use scipy.stats.t.ppf(0.975, n − 1)"
+                "that is the normal quantile 1.96: with few values the quantile comes from "
+                "Student's t distribution with n − 1 degrees of freedom"
             )
         elif np.isclose(ratio, math.sqrt((n - 1) / n), rtol=1e-6):
-            hint = "use the sample standard deviation (ddof=1, torch's default), not ddof=0"
+            hint = (
+                "your standard deviation divides by n: use the sample standard deviation "
+                "(ddof 1, torch's default), not the population one (ddof 0)"
+            )
         assert_close(label, got, expected, on=on, hint=hint, what="(low, high)")
 
 
@@ -161,6 +224,21 @@ def _normal_half(values: torch.Tensor) -> float:
     "ex-howto-scaled-scores",
     what="a function scaled_scores(queries, keys)",
     reference=("attnbook.attention.scores", "attnbook.attention.attention_weights"),
+    hints=(
+        (
+            "Each score is a scalar product of one query with one key, divided by the square "
+            "root of the feature dimension d, the size of the last axis."
+        ),
+        (
+            "All scalar products come out of one matrix product of the queries with the keys "
+            "transposed in their last two axes (.mT), which also carries leading batch axes "
+            "along."
+        ),
+        (
+            "Check the shapes on queries (2, 3, 4) and keys (2, 5, 4): the scores should be "
+            "(2, 3, 5), and one entry should match a scalar product you compute by hand."
+        ),
+    ),
 )
 def check_scaled_scores(fn) -> None:
     """Scores ``⟨q_i, k_j⟩ / √d`` of queries ``(..., n_q, d)`` and keys ``(..., n_k, d)``."""
@@ -174,15 +252,19 @@ def check_scaled_scores(fn) -> None:
         on = _describe(queries=q, keys=k)
         got = as_array(label, call(label, fn, q.clone(), k.clone(), on=on), on=on)
         expected = att.scores(q, k, scale=q.shape[-1] ** -0.5).numpy()
-        hint = "score_ij = ⟨q_i, k_j⟩ / √d with d the last dimension: queries @ keys.mT"
+        hint = (
+            "the scores are off: check the scalar product of each query with each key and "
+            "the scaling by the feature dimension d (the size of the last axis)"
+        )
         if got.shape == expected.shape:
             d = q.shape[-1]
             if np.allclose(got, expected * math.sqrt(d)):
-                hint = "divide by √d, where d = queries.shape[-1]"
+                hint = "the scores are not scaled: divide by √d, d the size of the last axis"
             elif np.allclose(got, expected / math.sqrt(d)):
                 hint = "divide by √d, not by d"
         shape_hint = (
-            "rows are queries and columns keys: queries @ keys.mT (shape n_q × n_k)"
+            "rows are queries and columns keys (shape n_q × n_k): check which operand of "
+            "the product you transpose, and in which axes"
         )
         assert_close(
             label,

@@ -34,7 +34,12 @@ __all__ = [
 ]
 
 
-def _exercise(label: str, what: str, reference: tuple[str, ...] = ()):
+def _exercise(
+    label: str,
+    what: str,
+    reference: tuple[str, ...] = (),
+    hints: tuple[str, ...] = (),
+):
     """:func:`~attnbook.exercises.core.checker` whose body, ``body(fn, label)``, gets a function."""
 
     def register(body):
@@ -43,7 +48,7 @@ def _exercise(label: str, what: str, reference: tuple[str, ...] = ()):
             require_function(label, fn, what)
             body(fn, label)
 
-        return checker(label, what=what, reference=reference)(run)
+        return checker(label, what=what, reference=reference, hints=hints)(run)
 
     return register
 
@@ -91,7 +96,7 @@ def _answers(label: str, fn, cases, *, number: str | None = None, none_hint=None
                 label,
                 f"expected {number} (one number), got an array of shape {got.shape}",
                 on=on,
-                hint="return a single float",
+                hint="the answer is one number (a float), not an array",
             )
         yield args, on, (float(got.reshape(())) if number else got)
 
@@ -108,6 +113,21 @@ def _row_softmax(S: np.ndarray, axis: int = -1) -> np.ndarray:
     "ex-pde-velocity",
     "a function softmax_velocity(x, A, V)",
     reference=("attnbook.pde.particles.velocity",),
+    hints=(
+        (
+            "Each token's velocity is an attention-weighted average of the value-mapped "
+            "tokens: scores, a softmax over each row, then a weighted sum."
+        ),
+        (
+            "With tokens as rows of x, all scores come from one product of x, A and x "
+            "transposed (mind on which side A and V act on row vectors); subtract each row's "
+            "maximum score before exponentiating."
+        ),
+        (
+            "Test on two tokens in 2-D with A and V the identity: compute the scores, the "
+            "weights and the velocities by hand and compare each intermediate."
+        ),
+    ),
 )
 def check_softmax_velocity(fn, label) -> None:
     """Γ(x_i) = Σ_j softmax_j(⟨A x_i, x_j⟩) V x_j for a cloud ``x`` ``(n, d)`` → ``(n, d)``."""
@@ -135,12 +155,21 @@ def check_softmax_velocity(fn, label) -> None:
                 ),
             ),
             (P @ x, "apply the value matrix V to each x_j"),
-            (P @ x @ V, "V x_j for the rows x_j is x @ V.T (not x @ V)"),
+            (
+                P @ x @ V,
+                (
+                    "V acts from the wrong side: with the tokens as rows, check whether "
+                    "your product uses V or its transpose"
+                ),
+            ),
         ]
-        hint = "Γ(x_i) = Σ_j P_ij V x_j with P_ij = softmax over j of ⟨A x_i, x_j⟩"
+        hint = (
+            "the velocities are off: check the scores (on which side A acts), the softmax "
+            "over each row and the value matrix V"
+        )
         if not np.all(np.isfinite(got)):
             hint = (
-                "exp of a large score overflows (inf/inf = NaN): subtract each row's "
+                "exp of a large score overflows (inf/inf gives NaN): subtract each row's "
                 "maximum score before exponentiating"
             )
         hint = _diagnose(got, expected, wrongs, hint)
@@ -168,9 +197,9 @@ def _rk_wrong(field, x, h):
         (x + h * k2, "that is the midpoint rule (RK2): RK4 has four stages"),
         (
             x + h * (k1 + k2 + k3 + k4) / 4,
-            "weight the stages 1, 2, 2, 1 and divide by 6",
+            "the stages are not weighted equally: RK4 averages them with Simpson's weights",
         ),
-        (full, "stages 2 and 3 are at half steps: f(x + h/2 k1), f(x + h/2 k2)"),
+        (full, "stages 2 and 3 are taken half a step ahead, not a full step"),
     ]
 
 
@@ -181,6 +210,21 @@ def _rk_wrong(field, x, h):
         "attnbook.pde.particles.simulate",
         "attnbook.flows.odeint",
         "attnbook.flows.odeint_rk4",
+    ),
+    hints=(
+        (
+            "The classical Runge–Kutta step evaluates the field four times, each stage at a "
+            "state built from the previous stage's slope, and then averages the four slopes."
+        ),
+        (
+            "Stages two and three are taken half a step ahead, stage four a full step ahead, "
+            "and the slopes are averaged with Simpson's weights; every stage moves the whole "
+            "cloud, since field takes all tokens at once."
+        ),
+        (
+            "Test on the linear field x ↦ −x from x of one with a step of 0.1: compare with "
+            "the exact exponential solution, which RK4 should match to about h⁵."
+        ),
     ),
 )
 def check_rk4_step(fn, label) -> None:
@@ -210,9 +254,8 @@ def check_rk4_step(fn, label) -> None:
     for (x, field, h), on, got in _answers(label, fn, cases):
         expected = _rk4_reference(field, x, h)
         default = (
-            "the classical step evaluates the field four times (at x, twice at a half step, "
-            "once at a full step) and weights them 1, 2, 2, 1: check each stage's point and "
-            "the weights"
+            "the step is off: check the point at which each of the four stages evaluates "
+            "the field, and the weights of the final average"
         )
         hint = _diagnose(got, expected, _rk_wrong(field, x, h), default)
         assert_close(label, got, expected, on=on, hint=hint, what="the new positions")
@@ -225,6 +268,20 @@ def check_rk4_step(fn, label) -> None:
     "ex-mf-w2-1d",
     "a function w2_1d(x, y)",
     reference=("attnbook.pde.wasserstein.w2_particles",),
+    hints=(
+        (
+            "In one dimension the optimal transport plan between two samples of equal masses "
+            "matches them in increasing order."
+        ),
+        (
+            "After sorting, the transport cost is an average over the matched pairs (mass 1/n "
+            "each) of a squared gap, and W₂ is not the cost itself."
+        ),
+        (
+            "Test with y a permutation of x (the same measure) and with y a shifted copy of "
+            "x: what distance must each give?"
+        ),
+    ),
 )
 def check_w2_1d(fn, label) -> None:
     """Exact W₂ between two 1-D empirical measures with ``n`` equal-mass atoms each."""
@@ -262,6 +319,21 @@ def check_w2_1d(fn, label) -> None:
     "ex-mf-rate",
     "a function fit_slope(n, errors)",
     reference=("attnbook.pde.meanfield.fit_rate",),
+    hints=(
+        (
+            "A power law is a straight line on log–log axes: its exponent is the slope of "
+            "log(errors) against log(n)."
+        ),
+        (
+            "Take logarithms of both arrays and fit a line by least squares (np.polyfit of "
+            "degree one), with log n on the horizontal axis; the slope is the leading "
+            "coefficient."
+        ),
+        (
+            "Test on exact data, errors 3 n^(−1/2) at a few n: the fit must recover the "
+            "exponent to rounding, and a decreasing error must give a negative slope."
+        ),
+    ),
 )
 def check_fit_slope(fn, label) -> None:
     """The least-squares slope of log(errors) against log(n) (the rate exponent)."""
@@ -293,7 +365,10 @@ def check_fit_slope(fn, label) -> None:
             ),
             (-expected, "the sign: errors that decrease with n have a negative slope"),
         ]
-        default = "fit log(errors) = log c + slope · log n by least squares (np.polyfit(..., 1))"
+        default = (
+            "the slope is off: check the logarithms of both arrays, which one is on the "
+            "horizontal axis, and that the fit is least squares over every point"
+        )
         hint = _diagnose(got, expected, wrongs, default)
         assert_close(
             label, got, expected, on=on, hint=hint, what="the slope", rtol=1e-6
@@ -307,6 +382,22 @@ def check_fit_slope(fn, label) -> None:
     "ex-gauss-moment-rhs",
     "a function softmax_moments(mean, cov, A, V)",
     reference=("attnbook.pde.closed_forms.softmax_moment_rhs",),
+    hints=(
+        (
+            "For a Gaussian, the softmax weights on the tokens are again Gaussian (an "
+            "exponential tilt), so the velocity is affine in x and the mean and covariance "
+            "obey closed ODEs."
+        ),
+        (
+            "First find the mean of the tilted Gaussian as a function of x (the velocity is V "
+            "times it); then the mean moves with the velocity at the mean, and the covariance "
+            "with the velocity's Jacobian acting on both sides."
+        ),
+        (
+            "Check that your covariance derivative is symmetric, and that with A full of "
+            "zeros the covariance does not move while the mean moves with V."
+        ),
+    ),
 )
 def check_softmax_moments(fn, label) -> None:
     """(α', Σ') of the softmax Gaussian flow: V(I + ΣA)α and VΣAΣ + ΣAᵀΣVᵀ."""
@@ -334,25 +425,51 @@ def check_softmax_moments(fn, label) -> None:
                 label,
                 f"expected a pair (mean', cov'), got {type(out).__name__}",
                 on=on,
-                hint="return dmean, dcov",
+                hint="the answer is a pair (mean', cov'), the mean's derivative first",
             )
         dm, dS = (as_array(label, z, on=on) for z in out)
         em, eS = cf.softmax_moment_rhs(a, S, A, V)
         mean_wrongs = [
-            (V @ (a + S @ A.T @ a), "the shift of the weights is ΣAα (A, not Aᵀ)"),
+            (
+                V @ (a + S @ A.T @ a),
+                "the shift of the weights' mean uses Aᵀ where A belongs",
+            ),
             (
                 V @ S @ A @ a,
-                "the mean also moves with Vα: the weights' mean is α + ΣAα",
+                (
+                    "a term is missing: the tilted weights' mean contains α itself, so the "
+                    "mean also moves with Vα"
+                ),
             ),
         ]
-        hint = _diagnose(dm, em, mean_wrongs, "α' = V(I + ΣA)α")
+        default = (
+            "mean' is off: check the mean of the tilted weights (where A or Aᵀ enters) and "
+            "the value matrix V"
+        )
+        hint = _diagnose(dm, em, mean_wrongs, default)
         assert_close(label, dm, em, on=on, hint=hint, what="mean'")
         cov_wrongs = [
-            (V @ S @ A @ S, "Σ' must be symmetric: add the transpose ΣAᵀΣVᵀ of VΣAΣ"),
-            (2 * V @ S @ A @ S, "the two terms are VΣAΣ and its transpose ΣAᵀΣVᵀ"),
-            (V @ S @ A.T @ S + S @ A @ S @ V.T, "the terms are VΣAΣ and ΣAᵀΣVᵀ"),
+            (
+                V @ S @ A @ S,
+                (
+                    "Σ' must be symmetric and yours is not: the Jacobian acts on Σ from "
+                    "both sides, so a transposed term is missing"
+                ),
+            ),
+            (
+                2 * V @ S @ A @ S,
+                "you doubled one term: the second term is the transpose of the first",
+            ),
+            (
+                V @ S @ A.T @ S + S @ A @ S @ V.T,
+                "A and Aᵀ are swapped in cov': check where each enters the Jacobian",
+            ),
         ]
-        hint = _diagnose(dS, eS, cov_wrongs, "Σ' = JΣ + ΣJᵀ with J = VΣA")
+        default = (
+            "cov' is off: check the Jacobian of the velocity (it involves V, Σ and A) and "
+            "that it acts on Σ from both sides"
+        )
+        hint = _diagnose(dS, eS, cov_wrongs, default)
         assert_close(label, dS, eS, on=on, hint=hint, what="cov'")
 
 
@@ -360,6 +477,22 @@ def check_softmax_moments(fn, label) -> None:
     "ex-gauss-bures",
     "a function bures_w2(m1, S1, m2, S2)",
     reference=("attnbook.linalg.bures_wasserstein",),
+    hints=(
+        (
+            "W₂ between two Gaussians splits into a part from the means and a part from the "
+            "covariances, the Bures distance."
+        ),
+        (
+            "The covariance part is a trace that contains nested matrix square roots built "
+            "with psd_sqrt: the inner root sandwiches one covariance between roots of the "
+            "other."
+        ),
+        (
+            "Clip the squared distance at zero before the square root, and test on two "
+            "diagonal covariances, where the nested roots reduce to scalar roots you can do "
+            "by hand."
+        ),
+    ),
 )
 def check_bures_w2(fn, label) -> None:
     """W₂ between N(m1, S1) and N(m2, S2) (Bures–Wasserstein)."""
@@ -385,7 +518,10 @@ def check_bures_w2(fn, label) -> None:
             ),
             (
                 math.sqrt(max(naive, 0.0)),
-                "S1, S2 need not commute: use (S1^{1/2} S2 S1^{1/2})^{1/2}, not S1^{1/2} S2^{1/2}",
+                (
+                    "S1 and S2 need not commute: the product of their square roots is not "
+                    "the nested root of the covariance part"
+                ),
             ),
         ]
         hint = (
@@ -413,6 +549,20 @@ _BLOWUP_INPUTS = [
     "ex-blowup-time",
     "a function blowup_time(cov0, A)",
     reference=("attnbook.pde.closed_forms.identity_value_blowup_time",),
+    hints=(
+        (
+            "Follow the exercise: the inverse covariance changes linearly in time, so the "
+            "flow blows up when it first becomes singular."
+        ),
+        (
+            "Conjugating with Σ₀^{1/2} turns the question into when I − tC stops being "
+            "positive definite, for one symmetric matrix C: a question about C's eigenvalues."
+        ),
+        (
+            "If no eigenvalue of C is positive, the flow never blows up (math.inf); test on a "
+            "diagonal Σ₀ and a diagonal A, where each coordinate can be solved by hand."
+        ),
+    ),
 )
 def check_blowup_time(fn, label) -> None:
     """T* = 1/λ_max(Σ₀^{1/2}(A + Aᵀ)Σ₀^{1/2}) of the V = I softmax flow (``inf`` if ≤ 0)."""
@@ -421,7 +571,7 @@ def check_blowup_time(fn, label) -> None:
         (_spd(2, 15), -np.eye(2), " (A = −I: the tokens cluster)"),
     ]
     cases = [((S0, A), _shapes(note, cov0=S0, A=A)) for S0, A, note in inputs]
-    never = "when the flow never blows up, return math.inf (a number), not None"
+    never = "when the flow never blows up the answer is math.inf (a number), not None"
     for (S0, A), on, got in _answers(label, fn, cases, number="T*", none_hint=never):
         expected = cf.identity_value_blowup_time(S0, A)
         if math.isinf(expected) and math.isinf(got) and got > 0:
@@ -439,7 +589,10 @@ def check_blowup_time(fn, label) -> None:
             (2 * expected, "the flow has A + Aᵀ (two terms), not A alone"),
             (
                 1 / bound,
-                "λ_max(B)·λ_max(Σ₀) is only a bound: take λ_max of Σ₀^{1/2}BΣ₀^{1/2}",
+                (
+                    "the product of the two largest eigenvalues is only a bound: T* comes "
+                    "from one symmetric matrix that combines Σ₀ and A + Aᵀ"
+                ),
             ),
         ]
         default = (
@@ -473,6 +626,21 @@ def _blowup_direction(cov0, A) -> np.ndarray:
         "attnbook.pde.closed_forms.identity_value_covariance",
         "attnbook.exercises.pde._blowup_direction",
     ),
+    hints=(
+        (
+            "Use the closed form of Σ(t) from the blow-up time exercise: near T* one term of "
+            "its eigen-expansion grows without bound and dominates the others."
+        ),
+        (
+            "In the conjugated form the inverse of I − tC diverges along the top eigenvector "
+            "of C; map that eigenvector back with Σ₀^{1/2} to get the direction in the "
+            "original coordinates."
+        ),
+        (
+            "The limit of Σ/tr Σ is a rank-one matrix of trace one: test on a diagonal Σ₀ and "
+            "A, and compare with your closed-form Σ(t) at a t slightly below T*."
+        ),
+    ),
 )
 def check_blowup_direction(fn, label) -> None:
     """The trace-normalised limit direction Σ(t)/tr Σ(t), t → T*, a (d, d) matrix."""
@@ -489,7 +657,10 @@ def check_blowup_direction(fn, label) -> None:
                 np.outer(wb, wb),
                 "Σ₀ matters: the top eigenvector of A + Aᵀ alone ignores it",
             ),
-            (np.outer(ws, ws), "the top eigenvector of Σ₀ ignores A: use R(A + Aᵀ)R"),
+            (
+                np.outer(ws, ws),
+                "the top eigenvector of Σ₀ ignores A: the direction depends on both",
+            ),
         ]
         hint = (
             "take the closed form of Σ(t) from the previous exercise and ask which term "
@@ -499,7 +670,7 @@ def check_blowup_direction(fn, label) -> None:
         trace = np.trace(got) if got.shape == expected.shape else 1.0
         if abs(trace - 1) > 1e-6 and _same(got / trace, expected):
             hint = "normalise by the trace: the direction Σ/tr Σ has trace 1"
-        flat = "return the d × d matrix Σ/tr Σ (u uᵀ/|u|²), not the vector u"
+        flat = "the answer is the d × d limit matrix of Σ/tr Σ, not the vector it points along"
         tol = dict(shape_hint=flat, what="the direction", rtol=1e-6)
         assert_close(label, got, expected, on=on, hint=hint, **tol)
 
@@ -511,6 +682,20 @@ def check_blowup_direction(fn, label) -> None:
     "ex-gf-energy",
     "a function interaction_energy(x, A)",
     reference=("attnbook.pde.particles.interaction_energy",),
+    hints=(
+        (
+            "For the empirical measure the double integral becomes a double sum over pairs of "
+            "tokens, each pair with mass 1/n²."
+        ),
+        (
+            "All pair terms come from one kernel matrix of exponentials of ⟨A x_i, x_j⟩, with "
+            "the tokens as rows of x and the diagonal included; mind the factor one half."
+        ),
+        (
+            "Test with a single token, where the double sum has one term, and with A full of "
+            "zeros (what is each pair term then?), comparing with a hand computation."
+        ),
+    ),
 )
 def check_interaction_energy(fn, label) -> None:
     """E(μ_n) = ½ (1/n²) Σ_ij exp⟨A x_i, x_j⟩ of a cloud ``x`` ``(n, d)``."""
@@ -532,10 +717,13 @@ def check_interaction_energy(fn, label) -> None:
             ),
             (
                 (K.sum() - np.trace(K)) / (2 * n * n),
-                "keep the terms i = j: the double integral includes the diagonal",
+                "keep the diagonal terms (a token with itself): the double integral includes them",
             ),
         ]
-        default = "E = (1/2n²) Σ_i Σ_j e^{⟨A x_i, x_j⟩} (masses 1/n)"
+        default = (
+            "E is off: check the kernel of each pair, the masses 1/n of the tokens, the "
+            "diagonal terms and the factor one half"
+        )
         hint = _diagnose(got, expected, wrongs, default)
         assert_close(label, got, expected, on=on, hint=hint, what="E")
 
@@ -544,6 +732,21 @@ def check_interaction_energy(fn, label) -> None:
     "ex-gf-energy-rate",
     "a function energy_rate(x, v, A)",
     reference=("attnbook.pde.gradient_flow.energy_rate",),
+    hints=(
+        (
+            "By the chain rule dE/dt is the sum over tokens of ⟨∂E/∂x_i, v_i⟩: first find the "
+            "gradient of E with respect to one token."
+        ),
+        (
+            "x_i appears in the double sum both as the first and as the second argument; when "
+            "A is not symmetric the two appearances give different terms, one with A and one "
+            "with Aᵀ."
+        ),
+        (
+            "Check your gradient against finite differences on two tokens in 2-D with a "
+            "non-symmetric A before you multiply by the velocities."
+        ),
+    ),
 )
 def check_energy_rate(fn, label) -> None:
     """dE/dt = Σ_i ⟨∂E/∂x_i, v_i⟩ when the tokens move with velocities ``v`` ``(n, d)``."""
@@ -565,8 +768,17 @@ def check_energy_rate(fn, label) -> None:
         wrongs = [
             (float(((K @ x) @ A * v).sum()) / (2 * n * n), half),
             (float(((K.T @ x) @ A.T * v).sum()) / (2 * n * n), half),
-            (-expected, "the sign: dE/dt = + Σ_i ⟨∂E/∂x_i, v_i⟩"),
+            (
+                -expected,
+                (
+                    "the sign is flipped: by the chain rule the rate pairs the gradient "
+                    "with the velocities, with no minus sign"
+                ),
+            ),
         ]
-        default = "∂E/∂x_i = (1/2n²) Σ_j [e^{⟨Ax_i,x_j⟩} Aᵀx_j + e^{⟨Ax_j,x_i⟩} A x_j]"
+        default = (
+            "dE/dt is off: check your gradient ∂E/∂x_i against finite differences (x_i "
+            "enters each pair term twice), then pair it with the velocities"
+        )
         hint = _diagnose(got, expected, wrongs, default)
         assert_close(label, got, expected, on=on, hint=hint, what="dE/dt", rtol=1e-8)

@@ -34,6 +34,21 @@ def _blowup_cases():
     "ex-af-blowup-direction",
     what="a function blowup_direction(S0, A)",
     reference=("attnbook.pde.closed_forms.identity_value_covariance",),
+    hints=(
+        (
+            "Use the factorisation the exercise gives: Σ(t) sandwiches (I − tC)⁻¹ between two "
+            "factors Σ₀^{1/2}, so look at which eigenvalue of I − tC reaches zero first."
+        ),
+        (
+            "The diverging part of (I − tC)⁻¹ lies along the top eigenvector of C "
+            "(np.linalg.eigh sorts the eigenvalues in increasing order); the explosion "
+            "direction of Σ is that vector after Σ₀^{1/2} acts on it."
+        ),
+        (
+            "Normalise to unit length, and compare with Σ(t) at a t just below the blow-up "
+            "time: its top eigenvector should agree with yours up to sign."
+        ),
+    ),
 )
 def check_blowup_direction(fn) -> None:
     """Unit vector along which Σ(t) = (Σ₀⁻¹ − t(A + Aᵀ))⁻¹ explodes, up to sign."""
@@ -48,14 +63,14 @@ def check_blowup_direction(fn) -> None:
                 label,
                 f"expected a vector of shape ({d},), got {got.shape}",
                 on=on,
-                hint="return one direction, a 1-D array of length d",
+                hint="the answer is one direction, a 1-D array of length d",
             )
         if not np.all(np.isfinite(got)) or abs(np.linalg.norm(got) - 1) > 1e-6:
             fail(
                 label,
                 f"expected a unit vector, got norm {np.linalg.norm(got):.4g}",
                 on=on,
-                hint="divide by np.linalg.norm at the end",
+                hint="the direction must have length one: normalise the vector at the end",
             )
         T = identity_value_blowup_time(S0, A)
         near = identity_value_covariance([(1 - 1e-9) * T], S0, A)[0]
@@ -63,7 +78,10 @@ def check_blowup_direction(fn) -> None:
         if abs(got @ top) < 1 - 1e-5:
             R = psd_sqrt(S0)
             w = np.linalg.eigh(R @ (A + A.T) @ R)[1][:, -1]
-            hint = "the direction is Σ₀^½ w, w the top eigenvector of Σ₀^½(A + Aᵀ)Σ₀^½"
+            hint = (
+                "the direction is off: find the eigenvalue of I − tC that reaches zero "
+                "first, and map its eigenvector back to the original coordinates"
+            )
             if abs(got @ w) > 1 - 1e-6:
                 hint = "you returned w itself: map it back with Σ₀^½ (then normalise)"
             elif abs(got @ np.linalg.eigh(A + A.T)[1][:, -1]) > 1 - 1e-6:
@@ -93,6 +111,21 @@ def _rank_cases():
     "ex-af-count-above",
     what="a function count_above(covs)",
     reference=("attnbook.pde.clouds.numerical_rank",),
+    hints=(
+        (
+            "Compute the numerical rank of every matrix of the batch, then count the matrices "
+            "whose rank exceeds the threshold."
+        ),
+        (
+            "np.linalg.eigvalsh works on the whole batch at once; compare each matrix's "
+            "eigenvalues with 1 % of ITS OWN largest one, count per matrix, and round d/2 up "
+            "(math.ceil)."
+        ),
+        (
+            "Test on a batch of two diagonal 3 × 3 matrices whose eigenvalues you choose, and "
+            "count by hand."
+        ),
+    ),
 )
 def check_count_above(fn) -> None:
     """Number of matrices of a batch (B, d, d) with numerical rank (rtol 1 %) above ⌈d/2⌉."""
@@ -105,9 +138,12 @@ def check_count_above(fn) -> None:
         rank = numerical_rank(covs, rtol=1e-2)
         expected = int((rank > math.ceil(d / 2)).sum())
         if got.shape != () or got != expected:
-            hint = "rank = eigenvalues above 1 % of the largest; compare it with ⌈d/2⌉"
+            hint = (
+                "the count is off: check the numerical rank of each matrix (its eigenvalues "
+                "against its own largest one) and the threshold ⌈d/2⌉"
+            )
             if got.shape == () and got == int((rank > d // 2).sum()):
-                hint = "⌈d/2⌉ is math.ceil(d / 2), not d // 2"
+                hint = "your threshold rounds d/2 down: ⌈d/2⌉ rounds it up"
             elif got.shape == () and got == int(
                 ((np.linalg.eigvalsh(covs) > 1e-2).sum(-1) > math.ceil(d / 2)).sum()
             ):
