@@ -15,6 +15,18 @@ text outside code); every image loaded; every exercise's solution dropdown opens
 search page must find a known term. A full-page screenshot of each page is saved under
 ``--screens`` with a ``report.json`` listing each page's checks; the exit status is 1 when
 any page fails.
+
+With ``--slides`` the directory is the slide decks of ``make slides`` (``_build/slides``), and
+every ``session-N.html`` there is opened instead::
+
+    python tools/browser_check.py --slides _build/slides --screens _build/screens-slides
+
+For every deck: reveal.js initialised, at least ``--min-slides`` slides (and as many as the
+deck declares), no console error and no failed request (everything is served locally), every
+image loaded, every math element typeset and no raw ``$``, ``\\(`` or ``\\[`` left in the text,
+no slide taller or wider than the 1280 x 720 canvas, every figure at least ``FIGURE_MIN_SCALE`` of its size in the book, and
+no "Solution" or "Expected answers" anywhere. A screenshot of every slide, at 1280 x 720, goes
+under ``--screens``.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import functools
 import http.server
 import json
 import re
+import shutil
 import sys
 import threading
 import time
@@ -89,6 +102,206 @@ OPEN_SOLUTIONS = """async () => {
   }
   return closed;
 }"""
+
+
+# slide decks (``--slides``) ---------------------------------------------------------------
+#: text no deck may show: the session pages keep their answers in a dropdown of that name
+DECK_FORBIDDEN = r"\bsolutions?\b|expected answers?"
+#: the smallest scale of a chapter figure on a slide: canvas pixels per pixel of the book's
+#: image (its labels are legible in the book at scale 1 in a 1280-pixel-wide window)
+FIGURE_MIN_SCALE = 0.6
+DECK_RAW_MATH = ("$", "\\(", "\\)", "\\[", "\\]")
+
+DECK_FACTS = """async ([raw, forbidden]) => {
+  await window.deckReady;
+  await Promise.all([...document.images].map((img) => img.decode().catch(() => null)));
+  const deck = document.querySelector(".reveal .slides");
+  const clone = deck.cloneNode(true);
+  clone.querySelectorAll("pre, code, script, style, mjx-container, .MathJax")
+       .forEach((el) => el.remove());
+  const text = clone.textContent;
+  const math = [...deck.querySelectorAll(".math")];
+  const broken = [...document.images]
+    .filter((img) => !(img.complete && img.naturalWidth > 0))
+    .map((img) => img.getAttribute("src"));
+  const shown = document.body.textContent;
+  return {
+    ready: Reveal.isReady(),
+    slides: Reveal.getTotalSlides(),
+    declared: Number(deck.dataset.slides),
+    height: Reveal.getConfig().height,
+    width: Reveal.getConfig().width,
+    leftovers: raw.filter((m) => text.includes(m)),
+    math: math.length,
+    untypeset: math.filter((el) => !el.querySelector("mjx-container")).length,
+    images: document.images.length,
+    broken,
+    forbidden: (shown.match(new RegExp(forbidden, "gi")) || []),
+  };
+}"""
+
+SLIDE_FACTS = """async (i) => {
+  Reveal.slide(i);
+  Reveal.layout();
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const s = Reveal.getCurrentSlide();
+  const title = (s.querySelector("h1, h2") || {}).textContent || "";
+  const figures = [...s.querySelectorAll("img.chapter-figure")]
+    .map((img) => Math.round(100 * img.offsetWidth / img.naturalWidth) / 100);
+  return {title, height: s.scrollHeight, width: s.scrollWidth, figures};
+}"""
+
+
+def deck_pages(slides_dir: Path) -> list[str]:
+    """The decks of ``make slides``: ``session-N.html``, in session order."""
+    found = [
+        p.name for p in Path(slides_dir).glob("session-*.html") if p.stem[8:].isdigit()
+    ]
+    return sorted(found, key=lambda n: int(n[8:-5]))
+
+
+def check_deck(context, url: str, shots: Path | None, min_slides: int = 6) -> dict:
+    """Open one deck, run every check on it and screenshot each slide; returns its record."""
+    page = context.new_page()
+    errors: list[str] = []
+    page.on(
+        "console",
+        lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None,
+    )
+    page.on("pageerror", lambda e: errors.append(f"exception: {e}"))
+    page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+    page.on(
+        "response",
+        lambda r: (
+            errors.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None
+        ),
+    )
+    start = time.perf_counter()
+    page.goto(url, wait_until="load")
+    problems: list[str] = []
+    try:
+        page.wait_for_function("() => window.deckReady !== undefined", timeout=15000)
+        facts = page.evaluate(DECK_FACTS, [list(DECK_RAW_MATH), DECK_FORBIDDEN])
+    except Exception as exc:  # reveal.js or MathJax never came up
+        page.close()
+        return {"page": url, "ok": False, "problems": [f"deck not ready: {exc}"]}
+    if shots is not None and shots.exists():
+        shutil.rmtree(shots)  # no screenshot of an earlier, longer deck stays behind
+    slides = []
+    for i in range(facts["slides"]):
+        rec = page.evaluate(SLIDE_FACTS, i)
+        slides.append(rec)
+        where = f"slide {i + 1} ({rec['title'].strip()[:40]!r})"
+        if rec["height"] > facts["height"]:
+            problems.append(
+                f"{where} is {rec['height']} px tall, more than the {facts['height']} "
+                "px canvas"
+            )
+        if rec["width"] > facts["width"]:
+            problems.append(
+                f"{where} is {rec['width']} px wide, more than the {facts['width']} px "
+                "canvas"
+            )
+        small = [x for x in rec["figures"] if x < FIGURE_MIN_SCALE]
+        if small:
+            problems.append(
+                f"{where}: figure shown at {small[0]:.2f} of its size in the book "
+                f"(at least {FIGURE_MIN_SCALE}: give it more of the slide)"
+            )
+        if shots is not None:
+            shots.mkdir(parents=True, exist_ok=True)
+            page.screenshot(
+                path=str(shots / f"{i + 1:02d}.jpg"), type="jpeg", quality=75
+            )
+    page.close()
+    problems[:0] = list(dict.fromkeys(errors))
+    if not facts["ready"]:
+        problems.append("reveal.js did not initialise")
+    if facts["slides"] < min_slides:
+        problems.append(f"{facts['slides']} slides, fewer than {min_slides}")
+    if facts["slides"] != facts["declared"]:
+        problems.append(
+            f"{facts['slides']} slides, but the deck has {facts['declared']}"
+        )
+    if facts["leftovers"]:
+        problems.append(f"raw math in the text: {facts['leftovers']}")
+    if facts["untypeset"]:
+        problems.append(
+            f"{facts['untypeset']} of {facts['math']} math elements not typeset"
+        )
+    if facts["broken"]:
+        problems.append(f"images not loaded: {facts['broken']}")
+    if facts["forbidden"]:
+        problems.append(f"answer text in the deck: {sorted(set(facts['forbidden']))}")
+    return {
+        "page": url,
+        "ok": not problems,
+        "problems": problems,
+        "slides": facts["slides"],
+        "math": facts["math"],
+        "images": facts["images"],
+        "titles": [s["title"] for s in slides],
+        "figure_scale": {s["title"]: s["figures"] for s in slides if s["figures"]},
+        "wall_s": round(time.perf_counter() - start, 2),
+    }
+
+
+def check_deck_index(context, url: str, decks: list[str]) -> dict:
+    """The list of decks: loads without errors and links every deck."""
+    page = context.new_page()
+    errors: list[str] = []
+    page.on(
+        "console",
+        lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None,
+    )
+    page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+    page.goto(url, wait_until="load")
+    links = page.eval_on_selector_all(
+        "a", "els => els.map(e => e.getAttribute('href'))"
+    )
+    page.close()
+    problems = errors + [f"no link to {d}" for d in decks if d not in links]
+    return {"page": url, "ok": not problems, "problems": problems}
+
+
+def check_decks(slides_dir: Path, screens: Path, chromium: str, min_slides: int) -> int:
+    """``--slides``: every deck of ``slides_dir``; writes ``report.json``; the exit status."""
+    decks = deck_pages(slides_dir)
+    if not decks:
+        print(f"no decks in {slides_dir}: run `make slides` first", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    records = []
+    with serve(slides_dir) as base, browser(chromium) as b:
+        context = b.new_context(viewport={"width": 1280, "height": 720})
+        for name in ["index.html"] + decks:
+            if name == "index.html":
+                rec = check_deck_index(context, base + name, decks)
+                print(("ok  " if rec["ok"] else "FAIL") + f" {name}")
+            else:
+                shots = screens / name.removesuffix(".html")
+                rec = check_deck(context, base + name, shots, min_slides)
+                print(
+                    ("ok  " if rec["ok"] else "FAIL")
+                    + f" {name} ({rec.get('wall_s')} s, {rec.get('slides')} slides, "
+                    f"{rec.get('math')} math, {rec.get('images')} images)"
+                )
+            rec["page"] = name
+            records.append(rec)
+            for p in rec["problems"]:
+                print(f"     {p}")
+        context.close()
+    wall_s = time.perf_counter() - start
+    failed = [r for r in records if not r["ok"]]
+    screens.mkdir(parents=True, exist_ok=True)
+    report = {"decks": len(decks), "failed": len(failed), "wall_s": round(wall_s, 1)}
+    report["records"] = records
+    (screens / "report.json").write_text(json.dumps(report, indent=1))
+    print(
+        f"{len(decks)} decks checked in {wall_s:.0f} s, {len(failed)} failing; "
+        f"screenshots in {screens}"
+    )
+    return 1 if failed else 0
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -232,7 +445,13 @@ def main(argv: list[str] | None = None) -> int:
         "--term", default="condensation", help="a term search must find"
     )
     parser.add_argument("--expect", default="condensation", help="a title it must list")
+    parser.add_argument(
+        "--slides", type=Path, help="check the slide decks of this directory instead"
+    )
+    parser.add_argument("--min-slides", type=int, default=6)
     args = parser.parse_args(argv)
+    if args.slides is not None:
+        return check_decks(args.slides, args.screens, args.chromium, args.min_slides)
     if not (args.html / "search.html").is_file():
         print(f"no built book at {args.html}: run `make book` first", file=sys.stderr)
         return 2
