@@ -136,6 +136,12 @@ def _global_best(final, groups, rtol):
     return final <= best + rtol * abs(best)
 
 
+def _strict_less(final, groups, rtol):
+    """A strict comparison: drops a run exactly at the tolerance, and a best of 0."""
+    best = np.array([np.nanmin(final[groups == g]) for g in groups])
+    return final - best < rtol * np.abs(best)
+
+
 def _no_abs(final, groups, rtol):
     return final <= _group_best(final, groups) * (1 + rtol)
 
@@ -224,6 +230,7 @@ WRONG = {
     "ex-tve-reached-minimum": [
         (_global_best, "ITS group"),
         (_no_abs, "use |best|"),
+        (_strict_less, "exactly at the tolerance"),
         (lambda f, g, r: np.ones(3, dtype=bool), "wrong shape"),
     ],
 }

@@ -138,14 +138,14 @@ WRONG = {
     ],
     "ex-focus-condensation-rate": [
         (lambda pi: (pi**2).sum(), "centre π first"),
-        (lambda pi: (pi - 1 / len(pi)).norm(), "factor ‖π‖"),
+        (lambda pi: (pi - 1 / len(pi)).norm(), "a factor is missing"),
         (
             lambda pi: pi.norm() * _b(pi).norm() ** 2 / _b(pi).norm(),
             "do not divide by ‖b‖",
         ),
         (
             lambda pi: (pi**2).sum() * ((pi - 1 / len(pi)) ** 2).sum(),
-            "not squared norms",
+            "squared where it should not be",
         ),
     ],
     "ex-focus-type-attention": [
@@ -156,6 +156,10 @@ WRONG = {
             "overflows",
         ),
         (lambda Phi, pi: pi * Phi.exp(), "sum to 1"),
+        (
+            lambda Phi, pi: torch.softmax(Phi + pi.log()[None], 0),
+            "normalised over the wrong axis",
+        ),
     ],
     "ex-focus-rate-hand": [
         (lambda pi, rho: 2 * theory.attention_growth_rate(pi, 0.5), "multiply by rho"),
@@ -179,6 +183,7 @@ WRONG = {
         (lambda w, pi, s: math.log(s) + _kl(w, pi), "the sign"),
         (lambda w, pi, s: math.log(s) - _kl(pi.expand_as(w), w), "wrong way round"),
         (lambda w, pi, s: math.log(s) - (w * (w / pi).log()).sum(-1), "0·log 0"),
+        (lambda w, pi, s: (math.log(s) - _kl(w, pi)) / math.log(2), "in nats"),
     ],
     "ex-focus-perturbed-pi": [
         (

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+import scipy.stats
 import test_exercises as base
 import torch
 
@@ -55,6 +56,24 @@ def _naive_velocity(x, A, V):
     return E / E.sum(1, keepdims=True) @ x @ V.T
 
 
+def _rk4_token_by_token(x, f, h):
+    """RK4 on each token in turn, the others already moved: a wrong step for interacting tokens."""
+    y = x.copy()
+    for i in range(len(x)):
+
+        def f_i(row, i=i):
+            z = y.copy()
+            z[i] = row
+            return f(z)[i]
+
+        k1 = f_i(y[i])
+        k2 = f_i(y[i] + h / 2 * k1)
+        k3 = f_i(y[i] + h / 2 * k2)
+        k4 = f_i(y[i] + h * k3)
+        y[i] = y[i] + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return y
+
+
 def _euler(x, field, h):
     return x + h * field(x)
 
@@ -100,12 +119,14 @@ WRONG = {
         (_euler, "Euler"),
         (_rk4_equal_weights, "not weighted equally"),
         (lambda x, f, h: x + h * f(x + h / 2 * f(x)), "midpoint"),
+        (_rk4_token_by_token, "one at a time"),
     ],
     "ex-mf-w2-1d": [
         (lambda x, y: math.sqrt(np.mean((x - y) ** 2)), "sort both"),
         (lambda x, y: np.mean((np.sort(x) - np.sort(y)) ** 2), "square root"),
         (lambda x, y: math.sqrt(np.sum((np.sort(x) - np.sort(y)) ** 2)), "mass 1/n"),
         (lambda x, y: np.sort(x) - np.sort(y), "one number"),
+        (lambda x, y: scipy.stats.wasserstein_distance(x, y), "that is W₁"),
     ],
     "ex-mf-rate": [
         (lambda n, e: np.polyfit(np.log(e), np.log(n), 1)[0], "swapped"),

@@ -757,6 +757,12 @@ def check_reached_minimum(fn) -> None:
             1e-3,
             " (a diverged run: NaN)",
         ),
+        (
+            np.array([0.0, 0.0, 1e-9, 4.0, 5.0, 5.5]),
+            np.array([0, 0, 0, 1, 1, 1]),
+            0.25,
+            " (a best of exactly 0, and a run exactly at the tolerance)",
+        ),
     ]
     for final, groups, rtol, note in cases:
         on = f"final={final.tolist()}, groups={groups.tolist()}, rtol={rtol:g}{note}"
@@ -777,6 +783,15 @@ def check_reached_minimum(fn) -> None:
                 got.astype(bool), final <= _group_best(final, groups) * (1 + rtol)
             ):
                 hint = "use |best|: with a negative best, best·(1 + rtol) lies BELOW the best"
+            elif np.array_equal(
+                got.astype(bool),
+                final - _group_best(final, groups)
+                < rtol * abs(_group_best(final, groups)),
+            ):
+                hint = (
+                    "a run exactly at the tolerance is within it: your comparison drops the "
+                    "boundary (and, with a best of 0, the best run itself)"
+                )
         assert_close(
             label,
             got.astype(float),

@@ -36,6 +36,7 @@ __all__ = [
     "generator",
     "randn",
     "references_allowed",
+    "precision_of",
     "hint",
     "reset_hints",
 ]
@@ -270,13 +271,27 @@ def _references_blocked(label: str, fn):
             ns[key] = value
 
 
-def _precision(value) -> float:
-    """Machine epsilon of the dtype an answer was computed in (float64 for Python numbers)."""
-    if isinstance(value, torch.Tensor) and value.is_floating_point():
-        return float(torch.finfo(value.dtype).eps)
+def precision_of(value) -> float:
+    """Machine epsilon of the dtype an answer was computed in (float64 for Python numbers).
+
+    For a tuple, list or dict (e.g. a pair of float32 tensors) it is the coarsest precision
+    among its elements, looked up recursively: the pair was computed at that precision."""
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point():
+            return float(torch.finfo(value.dtype).eps)
+        return float(np.finfo(np.float64).eps)
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return max(
+            (precision_of(item) for item in value),
+            default=float(np.finfo(np.float64).eps),
+        )
     dtype = getattr(value, "dtype", None)
     if isinstance(dtype, np.dtype) and dtype.kind == "f":
         return float(np.finfo(dtype).eps)
+    if isinstance(dtype, np.dtype) and dtype.kind == "O":
+        return precision_of(list(np.asarray(value).ravel()))
     return float(np.finfo(np.float64).eps)
 
 
@@ -337,7 +352,7 @@ def call(label: str, fn, *args, on: str = "", none_hint: str | None = None, **kw
             on=on,
             hint=none_hint or "end it with `return <result>`",
         )
-    _ANSWER_EPS[label] = _precision(out)
+    _ANSWER_EPS[label] = precision_of(out)
     return out
 
 
@@ -392,8 +407,8 @@ def assert_close(
         fail(label, f"NaN or inf in {what}: {_short(g)}", on=on, hint=hint)
     diff = np.abs(g - e)
     bad = diff > atol + rtol * np.abs(e)
-    eps = _ANSWER_EPS.get(label, _precision(got))
-    eps = max(eps, _precision(got))
+    eps = _ANSWER_EPS.get(label, precision_of(got))
+    eps = max(eps, precision_of(got))
     if bad.any() and eps > np.finfo(np.float64).eps:
         # computed in float32 (or less): half its digits are what a correct computation keeps
         # through a softmax of large scores or an RK4 step, far below any wrong formula's error

@@ -226,6 +226,7 @@ def check_entropy_rate(fn) -> None:
 @checker(
     "ex-focus-grad-m-origin",
     what="a function grad_M_origin(P)",
+    reference=("attnbook.focus.population.population_gradient",),
     hints=(
         (
             "Start from the gradient in the proposition on the population loss and evaluate "
@@ -331,9 +332,15 @@ def check_condensation_rate(fn) -> None:
                 "with its uniform part removed, not π itself"
             )
         elif math.isclose(got, float(np.linalg.norm(b)), rel_tol=1e-6) and got:
-            hint = "a factor is missing: the factor ‖π‖ from the query side"
+            hint = (
+                "a factor is missing: your rate has only the factor from the key side; "
+                "the query side contributes a factor too (see the statement)"
+            )
         elif math.isclose(got, float(p @ p) * float(b @ b), rel_tol=1e-6) and got:
-            hint = "norms, not squared norms: you squared both factors"
+            hint = (
+                "your rate is squared where it should not be: check whether each factor "
+                "is a norm or a squared norm"
+            )
         assert_close(label, got, expected, on=on, hint=hint, what="c_I")
 
 
@@ -395,11 +402,39 @@ def check_type_attention(fn) -> None:
                     "this ignores the frequencies: type k fills a fraction π_k of a long "
                     "context, and its weight must account for that"
                 )
+                if not Phi.any() and _columns_normalised(label, fn, *cases[1][:2], on):
+                    # at Φ = 0 the wrong axis gives the same uniform rows: a random Φ tells
+                    hint = WRONG_AXIS
             elif _same(got.T, expected):
                 hint = "rows are queries: normalise over the keys k (the last axis)"
+            elif _is_column_normalised(got):
+                hint = WRONG_AXIS
             elif not np.allclose(got.sum(-1), 1.0, atol=1e-9):
                 hint = "each row w_q must sum to 1: normalise over the keys (last axis)"
         assert_close(label, got, expected, on=on, hint=hint, what="w")
+
+
+WRONG_AXIS = (
+    "you normalised over the wrong axis: your columns sum to 1, but each row w_q (one query) "
+    "is a law over the keys k, the last axis"
+)
+
+
+def _is_column_normalised(w: np.ndarray) -> bool:
+    return bool(
+        w.ndim == 2
+        and np.allclose(w.sum(0), 1.0, atol=1e-6)
+        and not np.allclose(w.sum(-1), 1.0, atol=1e-6)
+    )
+
+
+def _columns_normalised(label: str, fn, Phi, pi, on: str) -> bool:
+    """Whether ``fn`` normalises the columns of a random ``Φ`` (the wrong axis)."""
+    try:
+        probe = call(label, fn, Phi.clone(), pi.clone(), on=on)
+        return _is_column_normalised(as_array(label, probe, on=on, what="w"))
+    except AssertionError:
+        return False
 
 
 @checker(
@@ -472,6 +507,7 @@ def _laws(d: int, seed: int) -> torch.Tensor:
 @checker(
     "ex-focus-average-entropies",
     what="a function average_entropies(w, pi)",
+    reference=("attnbook.focus.metrics.attention_entropy",),
     hints=(
         (
             "First compute one entropy per query, of its row w_q, then average these numbers "
@@ -532,7 +568,11 @@ def check_average_entropies(fn) -> None:
 @checker(
     "ex-focus-position-entropy",
     what="a function position_entropy(w, pi, s)",
-    reference=("attnbook.focus.metrics.position_entropy",),
+    reference=(
+        "attnbook.focus.metrics.position_entropy",
+        # log s − KL(w ‖ uniform) is the position entropy too
+        "attnbook.focus.metrics.attention_kl",
+    ),
     hints=(
         (
             "Spell out the attention over positions: type k fills about sπ_k positions, which "
@@ -588,6 +628,11 @@ def check_position_entropy(fn) -> None:
                 hint = (
                     "the sign: concentrating away from π must lower the entropy, and in "
                     "yours it raises it"
+                )
+            elif _same(got, np.asarray(expected, dtype=float) / math.log(2)):
+                hint = (
+                    "the base of the logarithm: the book measures entropy in nats (the "
+                    "natural log), and yours is in bits"
                 )
             elif np.all(np.isfinite(kl_back)) and _same(got, np.log(s) - kl_back):
                 hint = (
@@ -718,6 +763,7 @@ def check_stable_rank(fn) -> None:
 @checker(
     "ex-focus-zipf",
     what="a function zipf(d, s)",
+    reference=("attnbook.experiments.focus.zipf_law",),
     hints=(
         (
             "The law is a negative power of the rank, normalised to sum one; ranks start at "
@@ -770,9 +816,9 @@ def check_zipf(fn) -> None:
             "one to the count of (current, next), then normalise each row of the count table."
         ),
         (
-            "The pairs are positions l and l + 1 of the same row of tokens, so the end of one "
-            "sequence never joins the start of the next; torch.bincount of a flattened pair "
-            "index (current·d + next) counts them all at once."
+            "The pairs are neighbouring positions of the same row of tokens, so the end of one "
+            "sequence never joins the start of the next; a loop works, and a vectorised count "
+            "needs one integer per pair of token ids (torch.bincount counts integers)."
         ),
         (
             "A row without counts gets the unigram frequencies instead of 0/0: test on two "

@@ -200,7 +200,42 @@ def _rk_wrong(field, x, h):
             "the stages are not weighted equally: RK4 averages them with Simpson's weights",
         ),
         (full, "stages 2 and 3 are taken half a step ahead, not a full step"),
+        *[
+            (
+                one_by_one,
+                (
+                    "you moved the tokens one at a time: each stage must move the whole "
+                    "cloud together, since the field of one token depends on all the others"
+                ),
+            )
+            for one_by_one in _rk4_token_by_token(field, x, h)
+        ],
     ]
+
+
+def _rk4_token_by_token(field, x, h):
+    """RK4 applied to one token at a time, the others frozen at x (or at their new place)."""
+    if x.ndim != 2 or len(x) < 2:
+        return []
+    out = []
+    for sequential in (False, True):
+        y = np.array(x, dtype=float)
+        for i in range(len(x)):
+            base = y if sequential else np.array(x, dtype=float)
+
+            def f_i(row, base=base, i=i):
+                z = base.copy()
+                z[i] = row
+                return np.asarray(field(z))[i]
+
+            r = base[i]
+            k1 = f_i(r)
+            k2 = f_i(r + h / 2 * k1)
+            k3 = f_i(r + h / 2 * k2)
+            k4 = f_i(r + h * k3)
+            y[i] = r + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        out.append(y)
+    return out
 
 
 @_exercise(
@@ -267,7 +302,10 @@ def check_rk4_step(fn, label) -> None:
 @_exercise(
     "ex-mf-w2-1d",
     "a function w2_1d(x, y)",
-    reference=("attnbook.pde.wasserstein.w2_particles",),
+    reference=(
+        "attnbook.pde.wasserstein.w2_particles",
+        "attnbook.pde.meanfield.w2_particles_batch",
+    ),
     hints=(
         (
             "In one dimension the optimal transport plan between two samples of equal masses "
@@ -306,6 +344,13 @@ def check_w2_1d(fn, label) -> None:
                 math.sqrt(len(x) * sq),
                 "each atom has mass 1/n: average the squared gaps, do not sum them",
             ),
+            (
+                float(np.mean(np.abs(np.sort(x) - np.sort(y)))),
+                (
+                    "that is W₁ (what scipy.stats.wasserstein_distance computes): W₂ is "
+                    "built from squared gaps"
+                ),
+            ),
         ]
         default = (
             "use the monotone coupling the exercise names, and remember that each atom has "
@@ -325,9 +370,9 @@ def check_w2_1d(fn, label) -> None:
             "log(errors) against log(n)."
         ),
         (
-            "Take logarithms of both arrays and fit a line by least squares (np.polyfit of "
-            "degree one), with log n on the horizontal axis; the slope is the leading "
-            "coefficient."
+            "Move both arrays to the axes on which a power law is straight, then fit a "
+            "straight line by least squares (NumPy has a polynomial fit); think about which "
+            "variable goes on the horizontal axis and which fitted coefficient is the slope."
         ),
         (
             "Test on exact data, errors 3 n^(−1/2) at a few n: the fit must recover the "
@@ -381,7 +426,10 @@ def check_fit_slope(fn, label) -> None:
 @_exercise(
     "ex-gauss-moment-rhs",
     "a function softmax_moments(mean, cov, A, V)",
-    reference=("attnbook.pde.closed_forms.softmax_moment_rhs",),
+    reference=(
+        "attnbook.pde.closed_forms.softmax_moment_rhs",
+        "attnbook.pde.symbolic.moment_rhs",
+    ),
     hints=(
         (
             "For a Gaussian, the softmax weights on the tokens are again Gaussian (an "
@@ -479,18 +527,18 @@ def check_softmax_moments(fn, label) -> None:
     reference=("attnbook.linalg.bures_wasserstein",),
     hints=(
         (
-            "W₂ between two Gaussians splits into a part from the means and a part from the "
-            "covariances, the Bures distance."
+            "Look up how W₂ between two Gaussians depends on the means and on the covariances: "
+            "the two contributions separate."
         ),
         (
-            "The covariance part is a trace that contains nested matrix square roots built "
-            "with psd_sqrt: the inner root sandwiches one covariance between roots of the "
-            "other."
+            "The covariance part needs matrix square roots of symmetric positive matrices "
+            "(psd_sqrt); work out from the formula in the chapter which matrices they are "
+            "taken of, and in which order."
         ),
         (
-            "Clip the squared distance at zero before the square root, and test on two "
-            "diagonal covariances, where the nested roots reduce to scalar roots you can do "
-            "by hand."
+            "Rounding can make a tiny squared distance negative; test on equal Gaussians and "
+            "on two diagonal covariances, where every matrix root is a root of numbers you "
+            "can take by hand."
         ),
     ),
 )
@@ -632,13 +680,13 @@ def _blowup_direction(cov0, A) -> np.ndarray:
             "its eigen-expansion grows without bound and dominates the others."
         ),
         (
-            "In the conjugated form the inverse of I − tC diverges along the top eigenvector "
-            "of C; map that eigenvector back with Σ₀^{1/2} to get the direction in the "
-            "original coordinates."
+            "In the conjugated form, ask which eigenvalue of I − tC reaches zero first and "
+            "along which vector the inverse then diverges; the conjugation changed "
+            "coordinates, so bring that direction back to the original ones."
         ),
         (
-            "The limit of Σ/tr Σ is a rank-one matrix of trace one: test on a diagonal Σ₀ and "
-            "A, and compare with your closed-form Σ(t) at a t slightly below T*."
+            "Test on a diagonal Σ₀ and A, where you can follow each eigenvalue by hand, and "
+            "compare with your closed-form Σ(t)/tr Σ(t) at a t slightly below T*."
         ),
     ),
 )

@@ -40,13 +40,14 @@ def _blowup_cases():
             "factors Σ₀^{1/2}, so look at which eigenvalue of I − tC reaches zero first."
         ),
         (
-            "The diverging part of (I − tC)⁻¹ lies along the top eigenvector of C "
-            "(np.linalg.eigh sorts the eigenvalues in increasing order); the explosion "
-            "direction of Σ is that vector after Σ₀^{1/2} acts on it."
+            "Find the direction along which (I − tC)⁻¹ diverges first (mind the order in "
+            "which np.linalg.eigh returns eigenvalues); then ask what the factors around "
+            "(I − tC)⁻¹ do to that direction."
         ),
         (
-            "Normalise to unit length, and compare with Σ(t) at a t just below the blow-up "
-            "time: its top eigenvector should agree with yours up to sign."
+            "Compare with Σ(t) itself at a t just below the blow-up time, computed from the "
+            "formula in the statement: which of its eigenvectors should yours resemble, and "
+            "up to what?"
         ),
     ),
 )
