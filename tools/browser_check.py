@@ -160,8 +160,9 @@ def deck_pages(slides_dir: Path) -> list[str]:
     return sorted(found, key=lambda n: int(n[8:-5]))
 
 
-def check_deck(context, url: str, shots: Path | None, min_slides: int = 6) -> dict:
-    """Open one deck, run every check on it and screenshot each slide; returns its record."""
+def _open_listening(context):
+    """A new page whose console errors, uncaught exceptions, failed requests and HTTP errors
+    are collected in the returned list (what every check of a page or deck fails on)."""
     page = context.new_page()
     errors: list[str] = []
     page.on(
@@ -176,6 +177,12 @@ def check_deck(context, url: str, shots: Path | None, min_slides: int = 6) -> di
             errors.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None
         ),
     )
+    return page, errors
+
+
+def check_deck(context, url: str, shots: Path | None, min_slides: int = 6) -> dict:
+    """Open one deck, run every check on it and screenshot each slide; returns its record."""
+    page, errors = _open_listening(context)
     start = time.perf_counter()
     page.goto(url, wait_until="load")
     problems: list[str] = []
@@ -349,20 +356,7 @@ def browser(executable: str = CHROMIUM):
 
 def check_page(context, url: str, shot: Path | None) -> dict:
     """Load one page and run every check on it; returns the page's record."""
-    page = context.new_page()
-    errors: list[str] = []
-    page.on(
-        "console",
-        lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None,
-    )
-    page.on("pageerror", lambda e: errors.append(f"exception: {e}"))
-    page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
-    page.on(
-        "response",
-        lambda r: (
-            errors.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None
-        ),
-    )
+    page, errors = _open_listening(context)
     start = time.perf_counter()
     page.goto(url, wait_until="load")
     page.evaluate(WAIT_MATH)
