@@ -419,3 +419,34 @@ def test_sinkhorn_warm_start_and_sparse_checks():
         att.sinkhorn(L2, init_log_v=torch.zeros(3, 39))
     with pytest.raises(ValueError, match="check_every"):
         att.sinkhorn(L2, check_every=0)
+
+
+@pytest.mark.parametrize("kind", att.SCORE_KINDS)
+def test_normalize_scores_is_attention_weights_bit_for_bit(kind):
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, 7, 3, generator=gen, dtype=torch.float64)
+    s = att.scores(q, k, scale=0.7)
+    w = att.normalize_scores(s, kind=kind, bias=0.3)
+    assert torch.equal(w, att.attention_weights(q, k, kind=kind, scale=0.7, bias=0.3))
+    if kind in ("softmax", "sinkhorn"):
+        assert torch.allclose(w.sum(-1), torch.ones(2, 5, dtype=torch.float64))
+
+
+def test_normalize_scores_rejects_bad_input_and_reads_nothing_back():
+    with pytest.raises(TypeError, match="s must be a torch.Tensor"):
+        att.normalize_scores(np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="at least 2 dimensions"):
+        att.normalize_scores(torch.zeros(3))
+    with pytest.raises(ValueError, match="kind"):
+        att.normalize_scores(torch.zeros(3, 3), kind="l2")  # needs the tokens
+    with pytest.raises(TypeError, match="bias"):
+        att.normalize_scores(torch.zeros(3, 3), kind="sigmoid", bias="1")
+    # a meta tensor has no values: any host read (a finiteness check) would raise
+    for kind in ("softmax", "linear", "sigmoid"):
+        w = att.normalize_scores(torch.empty(4, 6, 6, device="meta"), kind=kind)
+        assert w.shape == (4, 6, 6) and w.device.type == "meta"
+    # no check, so non-finite scores give non-finite weights (the caller's loop reports them)
+    s = torch.tensor([[0.0, float("nan")], [1.0, 2.0]])
+    w = att.normalize_scores(s)
+    assert torch.isnan(w[0]).all() and torch.isfinite(w[1]).all()

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnbook import sgld
 from attnbook.copyhead import (
     CopyStats,
     attention_matrix,
@@ -167,7 +168,7 @@ def test_sample_coverage_theory_limits():
     assert ((0 < cov) & (cov < 1)).all() and cov[1] > cov[0]
 
 
-def test_map_heads_and_sgld_ensemble_run_and_agree_with_theory():
+def test_map_heads_run_and_agree_with_theory():
     L, V = 8, 3
     st = expected_statistics(np.array([400.0, 400.0]), L, V)
     h = heads.linear_map_heads(st, n_steps=600, lr=0.05, seed=0)
@@ -179,7 +180,68 @@ def test_map_heads_and_sgld_ensemble_run_and_agree_with_theory():
     )
     th = A.softmax_saddle([50.0, 3000.0], seq_len=32, vocab_size=4).a_G
     assert sh.a_G_global == pytest.approx(th, abs=5e-3)
-    res = heads.sgld_ensemble(st, n_steps=40, burn_in=10, thin=5, seed=2)
-    assert res.samples.shape == (6, 2, L * L + 1)
     hot = heads.copy_start(2, 32, seed=0)
     assert A.readouts(hot, kind="softmax")["c_G"].min() > 0.4
+
+
+@pytest.mark.parametrize("kind", ["softmax", "linear"])
+@pytest.mark.parametrize("L", [6, 33])
+def test_marginal_potential_is_exact_action_bit_for_bit_with_gradient(kind, L):
+    """The sampler's potential skips the checks of exact_action, not its arithmetic: values and
+    gradients equal bit for bit (else every archived SGLD chain would part from its re-run)."""
+    st = nested_statistics(
+        np.array([40, 300]), L, 4, n_datasets=2, seed=L, dtype=torch.float64
+    )
+    d = L * L + (kind == "linear")
+    theta0 = (
+        1.5 * torch.randn(4, d, generator=torch.Generator().manual_seed(1)).double()
+    )
+    pot = A.marginal_potential(st, kind=kind, sigma_g=0.8, kappa=1.3)
+
+    def checked(th):
+        p = A.unpack(th, L)
+        return A.exact_action(p["G"], st, kind=kind, b=p["b"], sigma_g=0.8, kappa=1.3)
+
+    out = []
+    for f in (checked, pot):
+        th = theta0.clone().requires_grad_(True)
+        value = f(th)
+        (grad,) = torch.autograd.grad(value.sum(), th)
+        out.append((value.detach(), grad))
+    assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
+
+
+@pytest.mark.parametrize("kind", ["softmax", "linear"])
+def test_marginal_potential_step_reads_nothing_back_to_the_host(kind):
+    """On a meta device every host read (bool(), .item(), a finiteness check) raises: a
+    potential and its gradient that run there are free of host synchronisation, which is what
+    lets a GPU queue SGLD steps back to back (#23 item 8)."""
+    L = 7
+    st = nested_statistics(
+        np.array([60]), L, 3, n_datasets=2, seed=0, dtype=torch.float64
+    )
+    pot = A.marginal_potential(st.to(torch.device("meta")), kind=kind)
+    th = torch.empty(2, L * L + (kind == "linear"), dtype=torch.float64, device="meta")
+    th.requires_grad_(True)
+    value = pot(th)
+    (grad,) = torch.autograd.grad(value.sum(), th)
+    assert value.shape == (2,) and grad.shape == th.shape
+    with pytest.raises(ValueError, match="non-finite|finite"):  # the public path checks
+        A.exact_action(torch.full((L, L), float("nan")), st, kind=kind)
+
+
+def test_marginal_potential_marks_a_failed_factor_and_sgld_reports_it():
+    L = 5
+    st = nested_statistics(
+        np.array([30]), L, 3, n_datasets=2, seed=0, dtype=torch.float64
+    )
+    pot = A.marginal_potential(st, kind="softmax")
+    theta = torch.zeros(2, L * L, dtype=torch.float64)
+    theta[1, 3] = float("nan")
+    value = pot(theta)
+    assert torch.isfinite(value[0]) and torch.isnan(value[1])
+    # a step that overflows the scores: the NaN action is reported as the divergence it is
+    with pytest.raises(sgld.SamplerDiverged, match="chain"):
+        sgld.sample(
+            pot, torch.zeros_like(theta), step_size=1e300, n_steps=5, burn_in=1, seed=0
+        )

@@ -12,6 +12,8 @@ from attnbook import errors
         errors.SamplerDiverged,
         errors.FlowDiverged,
         errors.BlowUpError,
+        errors.NotConverged,
+        errors.NotPositiveDefinite,
     ],
 )
 def test_every_divergence_is_a_divergence_error_and_a_floating_point_error(cls):
@@ -49,4 +51,26 @@ def test_public_names():
         "SamplerDiverged",
         "FlowDiverged",
         "BlowUpError",
+        "NotConverged",
+        "NotPositiveDefinite",
     }
+
+
+def test_the_package_raises_no_exception_outside_the_family():
+    """Sinkhorn's non-convergence joined the family and stays a RuntimeError; no module raises
+    a bare FloatingPointError (grep over the package's sources)."""
+    from pathlib import Path
+
+    import attnbook
+    from attnbook import attention
+
+    assert issubclass(attention.SinkhornNotConverged, errors.NotConverged)
+    assert issubclass(attention.SinkhornNotConverged, RuntimeError)
+    root = Path(attnbook.__file__).parent
+    bare = [
+        f"{path.relative_to(root)}:{n}"
+        for path in root.rglob("*.py")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "raise FloatingPointError" in line
+    ]
+    assert not bare, bare

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from .device import resolve_generator
+from .errors import NotConverged
 from .linalg import entropy
 from .validation import (
     as_tensor,
@@ -51,6 +52,8 @@ __all__ = [
     "scores",
     "causal_mask",
     "attention_weights",
+    "normalize_scores",
+    "SCORE_KINDS",
     "sinkhorn",
     "SinkhornResult",
     "example_tokens",
@@ -92,8 +95,9 @@ def resolve_kind(kind, allowed=ALL_KINDS, name: str = "kind") -> str:
     return canonical
 
 
-class SinkhornNotConverged(RuntimeError):
-    """Sinkhorn's scaling did not reach the requested tolerance."""
+class SinkhornNotConverged(NotConverged, RuntimeError):
+    """Sinkhorn's scaling did not reach the requested tolerance (one of the package's
+    :mod:`attnbook.errors`; still a ``RuntimeError``, as it was before the family)."""
 
 
 class SinkhornWarning(RuntimeWarning):
@@ -432,15 +436,6 @@ def attention_weights(
                 "lower-triangular matrix is the identity"
             )
         mask = causal_mask(n_q, device=s.device)
-    n_visible = (
-        mask.sum(-1, keepdim=True).to(s.dtype)
-        if mask is not None
-        else torch.full((1, 1), float(n_k), dtype=s.dtype, device=s.device)
-    )
-
-    if kind == "softmax":
-        logits = s if mask is None else s.masked_fill(~mask, float("-inf"))
-        return torch.softmax(logits, dim=-1)
     if kind == "l2":
         q, k = _common_dtype(as_tensor(queries, "queries"), as_tensor(keys, "keys"))
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
@@ -455,6 +450,22 @@ def attention_weights(
         if mask is not None:
             logits = logits.masked_fill(~mask, float("-inf"))
         return torch.softmax(logits, dim=-1)
+    return _normalize(s, kind, mask, bias, n_sinkhorn_iters, sinkhorn_tol)
+
+
+SCORE_KINDS = ("softmax", "linear", "sigmoid", "sinkhorn")
+
+
+def _normalize(s, kind, mask, bias, n_sinkhorn_iters, sinkhorn_tol) -> torch.Tensor:
+    n_k = s.shape[-1]
+    n_visible = (
+        mask.sum(-1, keepdim=True).to(s.dtype)
+        if mask is not None
+        else torch.full((1, 1), float(n_k), dtype=s.dtype, device=s.device)
+    )
+    if kind == "softmax":
+        logits = s if mask is None else s.masked_fill(~mask, float("-inf"))
+        return torch.softmax(logits, dim=-1)
     if kind == "linear":
         w = s / n_visible
     elif kind == "sigmoid":
@@ -462,6 +473,31 @@ def attention_weights(
     else:  # sinkhorn
         return sinkhorn(s, n_iters=n_sinkhorn_iters, tol=sinkhorn_tol).plan
     return w if mask is None else w.masked_fill(~mask, 0.0)
+
+
+def normalize_scores(
+    s: torch.Tensor, *, kind: str = "softmax", bias: float = 0.0
+) -> torch.Tensor:
+    """Attention weights from a score matrix ``s (..., n_q, n_k)`` that the caller has built
+    and validated: the normalisation step of :func:`attention_weights` for the kinds whose
+    weights depend on the scores alone (:data:`SCORE_KINDS`; ℓ² needs the tokens), with the
+    same arithmetic, so ``normalize_scores(scores(q, k), kind=k)`` equals
+    ``attention_weights(q, k, kind=k)`` bit for bit.
+
+    It reads no value back to the host (no finiteness check), so an inner loop on a GPU —
+    a sampler's potential — runs without synchronising; non-finite scores give non-finite
+    weights, which the loop's own divergence check reports. Sinkhorn iterates to its
+    default tolerance."""
+    if not isinstance(s, torch.Tensor):
+        raise TypeError(f"s must be a torch.Tensor, got {type(s).__name__}")
+    if s.dim() < 2:
+        raise ValueError(
+            f"s must have at least 2 dimensions, got shape {tuple(s.shape)}"
+        )
+    kind = resolve_kind(kind, allowed=SCORE_KINDS)
+    if isinstance(bias, bool) or not isinstance(bias, (int, float)):
+        raise TypeError(f"bias must be a real number, got {bias!r}")
+    return _normalize(s, kind, None, bias, 500, 1e-9)
 
 
 def self_attention(

@@ -9,7 +9,11 @@ the trajectory that exists and say what happened:
 * :class:`SamplerDiverged` — a Markov chain (SGLD) produced non-finite values;
 * :class:`FlowDiverged` — an ODE / gradient-flow integration failed or became non-finite;
 * :class:`BlowUpError` — a flow reached a *finite-time singularity* (a kind of
-  :class:`FlowDiverged`; unbounded growth that takes infinite time is not a blow-up).
+  :class:`FlowDiverged`; unbounded growth that takes infinite time is not a blow-up);
+* :class:`NotConverged` — an iterative solver (Sinkhorn's scaling) stopped before its
+  tolerance;
+* :class:`NotPositiveDefinite` — a matrix that must be positive definite (a Cholesky factor
+  of the copy head's evidence) is not, numerically.
 
 All are ``FloatingPointError`` s, so code that guards numerics with
 ``except FloatingPointError`` keeps working.
@@ -23,6 +27,8 @@ __all__ = [
     "SamplerDiverged",
     "FlowDiverged",
     "BlowUpError",
+    "NotConverged",
+    "NotPositiveDefinite",
 ]
 
 
@@ -67,3 +73,13 @@ class BlowUpError(FlowDiverged):
     def __init__(self, message: str, *, state=None, **kwargs):
         super().__init__(message, **kwargs)
         self.state = state
+
+
+class NotConverged(DivergenceError):
+    """An iterative solver stopped before reaching its tolerance (``time``: the iterations
+    used)."""
+
+
+class NotPositiveDefinite(DivergenceError):
+    """A matrix that is positive definite in exact arithmetic failed its Cholesky factorisation
+    (a sign of non-finite or overflowing inputs)."""

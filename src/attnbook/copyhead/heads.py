@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attnbook import sgld, train
+from attnbook import train
 from attnbook.copyhead.action import (
     exact_action,
     linear_onset_p,
@@ -35,7 +35,6 @@ __all__ = [
     "linear_map_heads",
     "SoftmaxHeads",
     "softmax_map_heads",
-    "sgld_ensemble",
     "copy_start",
     "group_mean",
     "level_crossing",
@@ -130,35 +129,6 @@ def softmax_map_heads(
         r["loss"].reshape(2, n),
         filt.keep.reshape(2, n),
         h.wall_s,
-    )
-
-
-def sgld_ensemble(
-    stats: CopyStats,
-    *,
-    kind: str = "linear",
-    step_scale: float = 4.0,
-    max_step: float = 0.02,
-    init_scale: float = 0.3,
-    n_steps: int = 2000,
-    burn_in: int = 500,
-    thin: int = 10,
-    init=None,
-    seed=None,
-) -> sgld.SGLDResult:
-    """One SGLD chain per data set of ``stats`` on the exact marginal, all in one batched run.
-
-    The step is ``min(max_step, step_scale / P)``: the stiffest direction of the action grows
-    like ``P`` (the data term), so ``η ∝ 1/P`` keeps ``η λ_max`` about constant across ``P``."""
-    P = stats.n_sequences.reshape(-1).to(torch.float64)
-    eta = torch.clamp(step_scale / P, max=max_step)
-    d = stats.seq_len**2 + (kind == "linear")
-    gen = as_generator(seed)
-    if init is None:
-        init = _init(len(P), d, scale=init_scale, seed=gen)
-    pot = marginal_potential(stats, kind=kind)
-    return sgld.sample(
-        pot, init, step_size=eta, n_steps=n_steps, burn_in=burn_in, thin=thin, seed=gen
     )
 
 

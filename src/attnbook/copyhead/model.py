@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from attnbook.attention import attention_weights, resolve_kind
+from attnbook.attention import attention_weights, normalize_scores, resolve_kind
 from attnbook.copyhead.task import CopyStats
 from attnbook.device import as_generator
 from attnbook.validation import (
@@ -82,6 +82,24 @@ def attention_matrix(G, b=None, *, kind: str = "linear") -> torch.Tensor:
     keys = torch.eye(G.shape[-1], dtype=G.dtype, device=G.device)
     A = attention_weights(G, keys, kind=kind)
     return A.numpy() if is_numpy else A
+
+
+def scores_attention(G: torch.Tensor, b=None, *, kind: str) -> torch.Tensor:
+    """:func:`attention_matrix` for a sampler's inner loop: ``G`` (and ``b``) already tensors of
+    matching shapes, ``kind`` already resolved. No finiteness check, and so no host
+    synchronisation; the values, and their gradients, are those of :func:`attention_matrix` bit
+    for bit (tested).
+
+    With one-hot keys the score matrix is ``G`` itself, and softmax normalises it directly.
+    Linear attention keeps the product with the identity keys: without it the gradient of the
+    bias ``b``, a sum over the ``L × L`` scores, is added up in another order and moves in its
+    last bit, which would part every archived linear SGLD chain from its re-run."""
+    if kind == "linear":
+        if b is not None:
+            G = G + b[..., None, None]
+        keys = torch.eye(G.shape[-1], dtype=G.dtype, device=G.device)
+        G = 1.0 * (G @ keys.transpose(-1, -2))  # the arithmetic of attention.scores
+    return normalize_scores(G, kind=kind)
 
 
 def init_params(

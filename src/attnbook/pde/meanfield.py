@@ -33,6 +33,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from scipy.stats import norm
 
+from ..errors import FlowDiverged
 from ..linalg import psd_sqrt
 from ..validation import as_float64_array, as_tensor, check_finite
 from .particles import check_cloud, interaction_matrices, prepare_inputs
@@ -441,7 +442,7 @@ def two_sample_rates(
         if s2.max() <= max_log_weight_var:
             break
     else:
-        raise FloatingPointError(
+        raise FlowDiverged(
             "no draw of 100 kept the solution bounded and the softmax log-weight "
             f"variance ≤ {max_log_weight_var} on [0, T]"
         )

@@ -17,10 +17,12 @@ from attnbook.copyhead.model import (
     attention_matrix,
     data_terms,
     resolve_copy_kind,
+    scores_attention,
     token_mse,
 )
 from attnbook.copyhead.order import order_parameters
 from attnbook.copyhead.task import CopyStats, copy_statistics, copy_task
+from attnbook.errors import NotPositiveDefinite
 from attnbook.validation import (
     as_tensor,
     check_positive_int,
@@ -130,17 +132,26 @@ def exact_data_action(
     check_square(A, "A")
     _check_stats(A, stats)
     hp = CopyHyper(kappa=kappa, sigma_w=sigma_w)
-    kappa, sigma_w = hp.kappa, hp.sigma_w
+    return _data_action(A, stats, hp.kappa, hp.sigma_w, strict=True)
+
+
+def _data_action(A, stats: CopyStats, kappa, sigma_w, *, strict: bool) -> torch.Tensor:
+    """The body of :func:`exact_data_action`. ``strict=False`` (a sampler's potential) reads
+    nothing back to the host: a model whose ``I + λHᵀH`` is not positive definite gets a NaN
+    action, which the sampler's divergence check reports, instead of an immediate error."""
     L, V = stats.seq_len, stats.vocab_size
     lam = sigma_w**2 / (kappa * L)
     HH, HY = data_terms(A, stats.to(dtype=A.dtype))
     M = torch.eye(V, dtype=A.dtype, device=A.device) + lam * HH
     chol, info = torch.linalg.cholesky_ex(M)
-    if bool((info != 0).any()):
-        raise FloatingPointError(
-            "I + λHᵀH is not positive definite (non-finite attention?)"
-        )
     logdet = 2 * torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
+    if strict:
+        if bool((info != 0).any()):
+            raise NotPositiveDefinite(
+                "I + λHᵀH is not positive definite (non-finite attention?)"
+            )
+    else:
+        logdet = torch.where(info == 0, logdet, torch.nan)
     quad = (HY * torch.cholesky_solve(HY, chol)).sum((-1, -2))
     return 0.5 * V * logdet + (stats.yy.to(A.dtype) - lam * quad) / (2 * kappa * L)
 
@@ -163,10 +174,16 @@ def exact_action(
     hp = CopyHyper(kappa=kappa, sigma_w=sigma_w, sigma_g=sigma_g, sigma_b=sigma_b)
     G = as_tensor(G, "G")
     A = attention_matrix(G, b if kind == "linear" else None, kind=kind)
-    S = exact_data_action(A, stats, **hp.keywords(*_READOUT))
-    S = S + (G**2).sum((-1, -2)) / (2 * hp.sigma_g**2)
+    _check_stats(A, stats)
     if kind == "linear" and b is not None:
         b = as_tensor(b, "b", dtype=G.dtype, device=G.device)
+    return _action(G, b, A, stats, kind, hp, strict=True)
+
+
+def _action(G, b, A, stats, kind: str, hp: CopyHyper, *, strict: bool):
+    S = _data_action(A, stats, hp.kappa, hp.sigma_w, strict=strict)
+    S = S + (G**2).sum((-1, -2)) / (2 * hp.sigma_g**2)
+    if kind == "linear" and b is not None:
         S = S + b**2 / (2 * hp.sigma_b**2)
     return S
 
@@ -300,8 +317,12 @@ def marginal_potential(stats: CopyStats, *, kind: str = "linear", **hyper):
         raise TypeError("stats must be a CopyStats")
     L = stats.seq_len
 
-    def potential(theta):
+    hp = CopyHyper(**scales)
+
+    def potential(theta):  # no host synchronisation: a GPU runs it back to back
         p = unpack(theta, L)
-        return exact_action(p["G"], stats, kind=kind, b=p["b"], **scales)
+        b = p["b"] if kind == "linear" else None
+        A = scores_attention(p["G"], b, kind=kind)
+        return _action(p["G"], b, A, stats, kind, hp, strict=False)
 
     return potential
