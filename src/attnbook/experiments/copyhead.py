@@ -706,3 +706,128 @@ register(
         },
     )
 )
+
+LINEAR_SGLD_P = (6, 12, 20, 40, 80, 160, 320, 640)
+
+
+@dataclass(frozen=True)
+class LinearSgldConfig:
+    """One seed: SGLD on the exact linear marginal at every sample size of
+    :data:`LINEAR_SGLD_P`, ``n_data`` nested data sets, ``n_chains`` chains per target at the
+    step rule ``fraction / λ_max`` (per block), long enough for P ≥ 320 to mix."""
+
+    L: int = 16
+    V: int = 4
+    n_data: int = 5
+    n_chains: int = 4
+    n_steps: int = 24000
+    burn_in: int = 6000
+    thin: int = 60
+    fraction: float = 0.25
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float64"
+
+
+def linear_sgld_point(cfg: LinearSgldConfig) -> dict[str, np.ndarray]:
+    """Per target (sample size, data set): the summaries of ``|m|`` and of the sign-aligned
+    ``c_G`` over all chains (``mean``, ``mcse``, ``var``, ``rhat``, ``ess``; obs 0 = |m|,
+    1 = c_G), the mean training loss of the posterior-mean readout, and the step rule's
+    curvatures."""
+    if cfg.dtype != "float64":
+        raise ValueError("the linear posterior sweep runs in float64 only")
+    P = np.asarray(LINEAR_SGLD_P)
+    dev = torch.device(cfg.device)
+    stats = nested_statistics(
+        P, cfg.L, cfg.V, n_datasets=cfg.n_data, seed=cfg.seed, dtype=torch.float64
+    ).to(dev)
+    res = diagnostics.sgld_targets(
+        stats,
+        n_chains=cfg.n_chains,
+        kind="linear",
+        fraction=cfg.fraction,
+        n_steps=cfg.n_steps,
+        burn_in=cfg.burn_in,
+        thin=cfg.thin,
+        seed=as_generator(cfg.seed + 1),
+    )
+    shape = (len(P), cfg.n_data, 2)  # targets are P-major (nested_statistics)
+    out = {
+        k: np.asarray(res[k]).reshape(shape)
+        for k in ("mean", "mcse", "var", "rhat", "ess")
+    }
+    loss = action.readouts(res.samples, stats.repeat(cfg.n_chains))["loss"]
+    out["loss"] = (
+        np.asarray(loss).reshape(-1, cfg.n_chains, len(P), cfg.n_data).mean((0, 1))
+    )
+    for block in ("G", "b"):
+        lam = res.lambda_max[block].detach().cpu().numpy()
+        out[f"lambda_{block}"] = lam.reshape(
+            cfg.n_chains, len(P), cfg.n_data
+        ).transpose(1, 2, 0)
+    out["P"] = P.astype(np.float64)
+    out["steps_per_second"] = np.float64(cfg.n_steps / res.wall_s)
+    return out
+
+
+LINEAR_SGLD_RECHECK = Recheck(
+    {
+        "P": exact(reason="the fixed grid LINEAR_SGLD_P"),
+        "lambda_G": tolerance(
+            2e-09,
+            2e-08,
+            reason="power iteration, as in copyhead-softmax-sgld (10× the worst measured)",
+        ),
+        "lambda_b": tolerance(
+            2e-09,
+            2e-08,
+            reason="power iteration, as in copyhead-softmax-sgld (10× the worst measured)",
+        ),
+        "mean": within_stderr(
+            "mcse",
+            4.0,
+            reason="SGLD means: other chains agree within 4 SE; " + _SGLD_NOT_SHORT,
+        ),
+        "mcse": tolerance(
+            1.0, reason="a Monte Carlo error, in size only; " + _SGLD_NOT_SHORT
+        ),
+        "var": tolerance(
+            1.0, reason="a posterior variance, in size only; " + _SGLD_NOT_SHORT
+        ),
+        "rhat": tolerance(
+            0.2, reason="R-hat of other chains, within 20 %; " + _SGLD_NOT_SHORT
+        ),
+        "ess": tolerance(
+            1.0, reason="an ESS, in size only (factor 2); " + _SGLD_NOT_SHORT
+        ),
+        "loss": tolerance(
+            0.05, reason="the posterior-mean readout's loss, to 5 %; " + _SGLD_NOT_SHORT
+        ),
+        "steps_per_second": not_compared(reason="a timing: it differs on every run"),
+    },
+    shorten=dict(n_steps=40, burn_in=10, thin=2),
+    shortened_outputs=("P", "lambda_G", "lambda_b"),
+)
+
+register(
+    Experiment(
+        name="copyhead-linear-sgld",
+        part="II",
+        description="the linear copy head's posterior at L = 16, V = 4: SGLD at P = 6–640, "
+        "five data sets, four chains per target, 24 000 steps, R̂/ESS per target, three seeds",
+        function=linear_sgld_point,
+        config=LinearSgldConfig,
+        dims={k: ("p", "data", "obs") for k in ("mean", "mcse", "var", "rhat", "ess")}
+        | {"loss": ("p", "data"), "P": ("p",)}
+        | {"lambda_G": ("p", "data", "chain"), "lambda_b": ("p", "data", "chain")},
+        note="obs 0 = |m|, 1 = c_G aligned with the sign of m",
+        recheck=LINEAR_SGLD_RECHECK,
+        scales={
+            "smoke": Scale(
+                axes={"seed": (0,)},
+                fixed=dict(n_steps=80, burn_in=20, thin=4, n_data=2),
+            ),
+            "book": Scale(axes={"seed": (0, 1, 2)}),
+        },
+    )
+)
