@@ -190,8 +190,12 @@ def test_numpy_input_and_broadcast_batch():
     q = _rand(5, 3, seed=17).numpy()
     k = _rand(2, 6, 3, seed=18).numpy()
     P = att.attention_weights(q, k, kind="l2")
+    assert isinstance(P, np.ndarray) and P.dtype == np.float64  # NumPy in, NumPy out
     assert P.shape == (2, 5, 6)
-    np.testing.assert_allclose(P[1].numpy(), direct(q, k[1], "l2"), atol=1e-13)
+    np.testing.assert_allclose(P[1], direct(q, k[1], "l2"), atol=1e-13)
+    t = att.attention_weights(torch.from_numpy(q), torch.from_numpy(k), kind="l2")
+    assert isinstance(t, torch.Tensor)
+    np.testing.assert_array_equal(t.numpy(), P)
 
 
 def test_multihead_matches_direct_formula_and_is_batched():

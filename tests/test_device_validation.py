@@ -20,51 +20,63 @@ def test_default_device_and_override(monkeypatch):
             device.default_device("cuda")
 
 
-def test_generators_reproducible_and_validated():
-    a = torch.randn(5, generator=device.make_generator(3))
-    b = torch.randn(5, generator=device.make_generator(3))
-    assert torch.equal(a, b)
-    g = device.make_generator(1)
-    assert device.resolve_generator(generator=g) is g
-    with pytest.raises(ValueError, match="either seed or generator"):
-        device.resolve_generator(seed=1, generator=g)
-    with pytest.raises(TypeError, match="seed"):
-        device.make_generator(1.5)
-    with pytest.raises(ValueError, match="seed"):
-        device.make_generator(-1)
-    with pytest.raises(TypeError, match="generator"):
-        device.resolve_generator(generator=np.random.default_rng(0))
+def test_as_generator_int_seeds_are_reproducible_and_validated():
+    a = torch.randn(5, generator=device.as_generator(3))
+    assert torch.equal(a, torch.randn(5, generator=device.as_generator(3)))
+    assert not torch.equal(a, torch.randn(5, generator=device.as_generator(4)))
+    assert device.as_generator(np.int64(3)).initial_seed() == 3
+    for bad in (1.5, "0", True, np.random.default_rng(0)):
+        with pytest.raises(TypeError, match="seed"):
+            device.as_generator(bad)
+        with pytest.raises(TypeError, match="seed"):
+            device.as_generator(bad, numpy=True)
+    for bad in (-1, -3):
+        with pytest.raises(ValueError, match="seed"):
+            device.as_generator(bad)
+        with pytest.raises(ValueError, match="seed"):
+            device.as_generator(bad, numpy=True)
     device.seed_everything(7)
     x = torch.rand(3)
     device.seed_everything(7)
     assert torch.equal(x, torch.rand(3))
 
 
-def test_resolve_generator_convention():
-    # an int seed: a fresh generator, the same numbers every time
-    a = torch.randn(4, generator=device.resolve_generator(5))
-    assert torch.equal(a, torch.randn(4, generator=device.resolve_generator(5)))
-    # a generator passed as the seed is used as is
-    g = device.make_generator(2)
-    assert device.resolve_generator(g) is g
-    # None is torch's global generator (seeded by seed_everything), never seed 0
-    assert device.resolve_generator(None) is torch.default_generator
+def test_as_generator_generators_and_none():
+    # a generator on the device asked for is used as is; None is torch's global generator
+    g = torch.Generator().manual_seed(2)
+    assert device.as_generator(g) is g
+    assert device.as_generator(None) is None
     device.seed_everything(11)
-    b = torch.randn(4, generator=device.resolve_generator(None))
+    b = torch.randn(4, generator=device.as_generator(None))
     device.seed_everything(11)
     assert torch.equal(b, torch.randn(4))
-    torch.manual_seed(123)
-    zero = torch.randn(4, generator=device.make_generator(0))
-    assert not torch.equal(torch.randn(4, generator=device.resolve_generator()), zero)
-    with pytest.raises(TypeError, match="seed"):
-        device.resolve_generator(1.5)
-    with pytest.raises(TypeError, match="seed"):
-        device.resolve_generator("0")
-    with pytest.raises(ValueError, match="seed"):
-        device.resolve_generator(-3)
-    if torch.cuda.is_available():
-        cuda = device.resolve_generator(None, device="cuda")
-        assert cuda.device.type == "cuda"
+    torch.manual_seed(123)  # None never silently means 0
+    zero = torch.randn(4, generator=device.as_generator(0))
+    assert not torch.equal(torch.randn(4, generator=device.as_generator(None)), zero)
+
+
+def test_as_generator_numpy_streams():
+    # an int gives NumPy's own stream for that seed
+    np.testing.assert_array_equal(
+        device.as_generator(5, numpy=True).normal(size=4),
+        np.random.default_rng(5).normal(size=4),
+    )
+    # a torch.Generator gives a NumPy stream determined by its state, and advances it
+    g1, g2 = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    x1 = device.as_generator(g1, numpy=True).normal(size=3)
+    np.testing.assert_array_equal(
+        x1, device.as_generator(g2, numpy=True).normal(size=3)
+    )
+    assert not np.array_equal(x1, device.as_generator(g1, numpy=True).normal(size=3))
+    # None draws from torch's global generator, which seed_everything seeds
+    device.seed_everything(4)
+    y = device.as_generator(None, numpy=True).normal(size=3)
+    device.seed_everything(4)
+    np.testing.assert_array_equal(
+        y, device.as_generator(None, numpy=True).normal(size=3)
+    )
+    device.seed_everything(5)
+    assert not np.array_equal(y, device.as_generator(None, numpy=True).normal(size=3))
 
 
 def test_setup_chapter(monkeypatch, capsys):
@@ -74,7 +86,10 @@ def test_setup_chapter(monkeypatch, capsys):
     assert torch.get_num_threads() == 1 and "CPU" in capsys.readouterr().out
     assert torch.equal(
         torch.rand(2, generator=ch.generator(1)),
-        torch.rand(2, generator=ch.generator(1)),
+        torch.rand(2, generator=torch.Generator().manual_seed(4)),
+    )
+    np.testing.assert_array_equal(
+        ch.rng(2).normal(size=3), np.random.default_rng(5).normal(size=3)
     )
     with pytest.raises(ValueError, match="cpu_threads"):
         setup_chapter("foundations/attention-maps", cpu_threads=0)
@@ -115,20 +130,20 @@ def test_validation_helpers():
         v.check_ndim(torch.ones(3), "x", 2, at_least=True)
 
 
-def test_generator_on_seeds_a_generator_on_the_other_device(monkeypatch):
+def test_as_generator_seeds_a_generator_on_the_other_device(monkeypatch):
     import attnbook.device as D
 
     gen = torch.Generator().manual_seed(3)
-    assert D.generator_on(gen, "cpu") is gen  # same device: used as is
-    assert D.generator_on(None, "cpu") is None
-    assert D.generator_on(5, "cpu").initial_seed() == 5
+    assert D.as_generator(gen, "cpu") is gen  # same device: used as is
+    assert D.as_generator(None, "cuda") is None
+    assert D.as_generator(5, "cpu").initial_seed() == 5
     made = []
     monkeypatch.setattr(
-        D, "make_generator", lambda seed, device: made.append((seed, device))
+        D, "_fresh_generator", lambda seed, device: made.append((seed, device))
     )
-    D.generator_on(torch.Generator().manual_seed(3), "cuda")
-    D.generator_on(torch.Generator().manual_seed(3), "cuda")
-    D.generator_on(torch.Generator().manual_seed(4), "cuda")
+    D.as_generator(torch.Generator().manual_seed(3), "cuda")
+    D.as_generator(torch.Generator().manual_seed(3), "cuda")
+    D.as_generator(torch.Generator().manual_seed(4), "cuda")
     (s1, d1), (s2, _), (s3, _) = made
     assert (
         s1 == s2 != s3 and 0 <= s1 < 2**62

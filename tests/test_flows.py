@@ -179,3 +179,33 @@ def test_stiff_bad_arguments():
         )
     with pytest.raises(ValueError, match="max_abs"):
         flows.odeint_stiff(lambda t, y: -y, y0, [0.0, 1.0], max_abs=-1.0)
+
+
+def test_stiff_numpy_rhs_and_exact_jacobian_match_the_tensor_rhs():
+    import numpy as np
+
+    from attnbook.flows import odeint
+
+    K = np.array([[-50.0, 1.0], [0.0, -0.5]])  # stiff: rates 50 and 0.5
+    y0, t = torch.tensor([1.0, 2.0], dtype=torch.float64), [0.0, 0.5, 2.0]
+    a = odeint(lambda _t, y: torch.from_numpy(K) @ y, y0, t, method="bdf")
+    b = odeint(lambda _t, y: K @ y, y0, t, method="bdf", numpy_rhs=True)
+    c = odeint(
+        lambda _t, y: K @ y, y0, t, method="bdf", numpy_rhs=True, jac=lambda *_: K
+    )
+    np.testing.assert_allclose(
+        a.numpy(), b.numpy(), rtol=1e-12
+    )  # torch vs NumPy matmul
+    exact = np.array([[np.exp(K[1, 1] * s)] for s in t])[:, 0] * 2.0
+    np.testing.assert_allclose(c[:, 1].numpy(), exact, rtol=1e-5)
+    with pytest.raises(ValueError, match="jac or jac_sparsity"):
+        odeint(
+            lambda _t, y: K @ y,
+            y0,
+            t,
+            method="bdf",
+            jac=lambda *_: K,
+            jac_sparsity=np.ones((2, 2)),
+        )
+    with pytest.raises(TypeError, match="numpy_rhs"):
+        odeint(lambda _t, y: K @ y, y0, t, method="bdf", numpy_rhs=1)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnbook.errors import BlowUpError
 from attnbook.focus import (
     FlowDiverged,
     FlowResult,
@@ -190,15 +191,18 @@ def test_batched_flow_equals_individual_flows_and_npz_roundtrip(tmp_path):
     path = both.save(tmp_path / "flow.npz")
     back = FlowResult.load(path)
     np.testing.assert_array_equal(back.W1, both.W1)
-    assert str(back.info["method"]) == "BDF"
+    assert str(back.info["method"]) == "bdf"
     with np.load(path, allow_pickle=False) as z:  # no pickled objects inside
         assert "loss" in z.files
 
 
 def test_flow_reports_blowup_and_bad_arguments():
     p0 = init_params(4, 5, eps=1e-3, seed=0)
-    with pytest.raises(FlowDiverged, match="max_norm"):
+    # the flows' one blow-up convention: BlowUpError (a FlowDiverged) with where and what
+    with pytest.raises(BlowUpError, match="left the bound") as info:
         population_flow(p0, P, 200.0, max_norm=0.5)
+    assert 0 < info.value.time < 200.0 and info.value.partial.shape[0] >= 1
+    assert float(info.value.state.abs().max()) == pytest.approx(0.5, rel=1e-3)
     with pytest.raises(FlowDiverged, match="diverged"):
         gradient_descent(init_params(4, 5, eps=3.0, seed=0), P, lr=1e3, n_steps=50)
     with pytest.raises(ValueError, match="t_end"):

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .device import resolve_generator
+from .arrays import numpy_in_numpy_out
+from .device import as_generator
 from .errors import NotConverged
 from .linalg import entropy
 from .validation import (
@@ -391,6 +392,7 @@ def sinkhorn(
     )
 
 
+@numpy_in_numpy_out("queries")
 def attention_weights(
     queries,
     keys,
@@ -406,6 +408,7 @@ def attention_weights(
 
     ``bias`` is used by ``sigmoid`` only; ``scale`` multiplies the inner-product score (ℓ²
     attention uses the squared distance itself, unscaled). ``causal=True`` needs ``n_q == n_k``.
+    NumPy in (``queries``), NumPy out.
     """
     check_choice(kind, "kind", KINDS)
     if not isinstance(causal, bool):
@@ -574,11 +577,11 @@ def example_tokens(
     The first ``n // 2`` tokens lie around ``+e_1``, the rest around ``−e_1`` (sd 0.35), so
     every attention map has visible block structure. ``seed``: an int or a
     ``torch.Generator``; ``None`` draws from torch's global generator
-    (:func:`attnbook.device.resolve_generator`).
+    (:func:`attnbook.device.as_generator`).
     """
     n = check_positive_int(n, "n", minimum=2)
     d = check_positive_int(d, "d")
-    g = resolve_generator(seed)
+    g = as_generator(seed)
     centres = torch.zeros(n, d, dtype=dtype)
     centres[: n // 2, 0] = 1.0
     centres[n // 2 :, 0] = -1.0

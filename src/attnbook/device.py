@@ -3,10 +3,11 @@
 ``default_device()`` picks CUDA when it is available and CPU otherwise; the environment
 variable ``ATTNBOOK_DEVICE`` (e.g. ``cpu``) or an explicit argument overrides it.
 
-Random state: every function in the package that draws random numbers takes ``seed``, an
-``int`` or a ``torch.Generator``, and turns it into a generator with
-:func:`resolve_generator`. The same int seed gives the same numbers on the CPU; ``seed=None``
-means torch's global generator (seeded by :func:`seed_everything`), never silently 0.
+Random state: every function in the package that draws random numbers, NumPy code included,
+takes ``seed``, an ``int``, a ``torch.Generator`` or ``None``, and turns it into a generator
+with :func:`as_generator`, the one normaliser. The same int seed gives the same numbers on the
+CPU; ``seed=None`` means torch's global generator (seeded by :func:`seed_everything`), never
+silently 0.
 """
 
 from __future__ import annotations
@@ -19,12 +20,8 @@ import torch
 
 __all__ = [
     "default_device",
-    "make_generator",
-    "seed_everything",
-    "resolve_generator",
-    "global_generator",
     "as_generator",
-    "generator_on",
+    "seed_everything",
     "on_colab",
     "describe",
 ]
@@ -48,96 +45,66 @@ def default_device(prefer: str | torch.device | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def make_generator(
-    seed: int, device: str | torch.device | None = "cpu"
-) -> torch.Generator:
-    """A fresh ``torch.Generator`` on ``device`` seeded with ``seed`` (an int >= 0).
-
-    Raises ``TypeError`` for a non-integer seed and ``ValueError`` for a negative one.
-    """
+def _fresh_generator(seed, device) -> torch.Generator:
+    """A new ``torch.Generator`` on ``device`` seeded with the int ``seed`` (validated)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
+        raise TypeError(
+            f"seed must be an int, a torch.Generator or None, got {type(seed).__name__}"
+        )
     if seed < 0:
         raise ValueError(f"seed must be non-negative, got {seed}")
-    g = torch.Generator(device=torch.device(device) if device is not None else "cpu")
+    g = torch.Generator(device=torch.device(device))
     g.manual_seed(int(seed))
     return g
 
 
-def global_generator(device: str | torch.device | None = "cpu") -> torch.Generator:
-    """Torch's global generator for ``device`` (the one ``torch.manual_seed`` seeds)."""
-    dev = torch.device(device if device is not None else "cpu")
-    if dev.type == "cuda":
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
-        return torch.cuda.default_generators[index]
-    if dev.type != "cpu":
-        raise ValueError(
-            f"device {str(dev)!r} has no global generator here; pass an int seed instead"
-        )
-    return torch.default_generator
+def _draw_seed(gen: torch.Generator | None) -> int:
+    """One 62-bit integer from ``gen`` (torch's global CPU generator when ``None``)."""
+    gen = torch.default_generator if gen is None else gen
+    return int(torch.randint(2**62, (1,), generator=gen, device=gen.device))
 
 
-def resolve_generator(
-    seed: int | torch.Generator | None = None,
-    generator: torch.Generator | None = None,
-    device: str | torch.device | None = "cpu",
-) -> torch.Generator:
-    """The generator a function that draws random numbers uses, from its ``seed`` argument.
+def as_generator(
+    seed=None, device: str | torch.device | None = "cpu", *, numpy: bool = False
+):
+    """The package's one random-state normaliser (CONTRIBUTING.md, *Random state*).
 
-    The package's convention for random state:
+    ``seed`` is an ``int`` (>= 0), a ``torch.Generator`` or ``None``:
 
-    * ``seed`` an ``int`` (>= 0): a fresh generator on ``device`` seeded with it, so the same
-      seed gives the same numbers;
-    * ``seed`` a ``torch.Generator``: that generator, used as is (its state advances);
-    * ``seed=None``: torch's global generator for ``device`` (:func:`global_generator`), which
-      :func:`seed_everything` — and so ``attnbook.setup_chapter`` — seeds. ``None`` never
-      silently means 0.
+    * an ``int`` gives a fresh generator seeded with it, so the same seed gives the same
+      numbers;
+    * a ``torch.Generator`` is used as is (its state advances). One that lives on another
+      device than ``device`` (a CPU generator for chains on a GPU) seeds a fresh generator on
+      ``device`` with one 62-bit draw from it, deterministic given its state;
+    * ``None`` is torch's global generator — returned as ``None``, which torch's ``generator=``
+      reads as the global one — seeded by :func:`seed_everything` (and so by
+      ``attnbook.setup_chapter``). ``None`` never silently means 0.
 
-    ``generator`` is the older spelling of a generator argument, still accepted; give at most
-    one of ``seed`` and ``generator``. Raises ``TypeError`` for anything else.
+    With ``numpy=True`` the result is a ``numpy.random.Generator`` for NumPy code:
+    ``np.random.default_rng(seed)`` for an int (the stream NumPy gives that seed), and for a
+    ``torch.Generator`` or ``None`` one seeded with a 62-bit draw from it (from torch's
+    global generator for ``None``). ``device`` is ignored then.
+
+    Raises ``TypeError`` for any other type and ``ValueError`` for a negative seed.
     """
-    if generator is not None:
-        if seed is not None:
-            raise ValueError("give either seed or generator, not both")
-        if not isinstance(generator, torch.Generator):
-            raise TypeError(
-                f"generator must be a torch.Generator, got {type(generator).__name__}"
-            )
-        return generator
-    if isinstance(seed, torch.Generator):
-        return seed
-    if seed is None:
-        return global_generator(device)
-    return make_generator(seed, device)
-
-
-def as_generator(seed=None, device: str | torch.device | None = "cpu"):
-    """The random-state convention of CONTRIBUTING.md, for torch calls that take
-    ``generator=``: ``seed`` an ``int`` (a fresh generator on ``device`` seeded with it), a
-    ``torch.Generator`` (used as is) or ``None`` (returns ``None``, so torch draws from its
-    global generator, which ``setup_chapter`` seeds; never silently 0)."""
-    if seed is None or isinstance(seed, torch.Generator):
-        return seed
-    return make_generator(seed, device if device is not None else "cpu")
-
-
-def generator_on(seed, device: str | torch.device | None = "cpu"):
-    """:func:`as_generator` for draws made on ``device``: a generator that lives on another
-    device (a CPU generator passed to a sampler whose chains are on a GPU) seeds a fresh one on
-    ``device`` with one 62-bit draw from it — deterministic given its state, and its stream is
-    advanced by that draw only. A generator already on ``device`` is returned as is, so CPU
-    numbers do not change."""
-    gen = as_generator(seed, device)
+    if numpy:
+        if seed is None or isinstance(seed, torch.Generator):
+            return np.random.default_rng(_draw_seed(seed))
+        _fresh_generator(seed, "cpu")  # validates
+        return np.random.default_rng(int(seed))
     dev = torch.device(device if device is not None else "cpu")
-    if gen is None or gen.device.type == dev.type:
-        return gen
-    child = int(torch.randint(2**62, (1,), generator=gen, device=gen.device))
-    return make_generator(child, dev)
+    if seed is None:
+        return None
+    if isinstance(seed, torch.Generator):
+        if seed.device.type == dev.type:
+            return seed
+        return _fresh_generator(_draw_seed(seed), dev)
+    return _fresh_generator(seed, dev)
 
 
 def seed_everything(seed: int) -> None:
     """Seed Python's, NumPy's and torch's global generators (for code we do not control)."""
-    make_generator(seed)  # validates
+    _fresh_generator(seed, "cpu")  # validates
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .validation import as_tensor, check_finite
+from .arrays import numpy_in_numpy_out, to_input_kind, to_tensor
 
 __all__ = [
     "PSD_RTOL",
@@ -30,23 +30,12 @@ __all__ = [
 PSD_RTOL = 1e-10
 
 
-def _as_t(x, name: str) -> tuple[torch.Tensor, bool]:
-    was_numpy = not isinstance(x, torch.Tensor)
-    t = as_tensor(x, name)
-    if was_numpy:
-        t = t.to(torch.float64)
-    return check_finite(t, name), was_numpy
-
-
-def _back(t: torch.Tensor, was_numpy: bool):
-    return t.detach().cpu().numpy() if was_numpy else t
-
-
+@numpy_in_numpy_out("S")
 def psd_tolerance(S) -> torch.Tensor | np.ndarray:
     """The absolute tolerance ``PSD_RTOL * max(1, max|S_ij|)`` per matrix, shape ``S.shape[:-2]``."""
-    t, was_numpy = _as_t(S, "S")
+    t, _ = to_tensor(S, "S")
     scale = t.abs().amax(dim=(-2, -1)).clamp(min=1.0)
-    return _back(PSD_RTOL * scale, was_numpy)
+    return PSD_RTOL * scale
 
 
 def check_psd(S, name: str = "S", *, strict: bool = False):
@@ -56,7 +45,7 @@ def check_psd(S, name: str = "S", *, strict: bool = False):
     eigenvalue must exceed the tolerance (positive definite). Raises ``ValueError`` naming
     ``name`` otherwise, and ``TypeError`` for non-numeric input.
     """
-    t, was_numpy = _as_t(S, name)
+    t, was_numpy = to_tensor(S, name)  # name: the caller's, so the checks below name it
     if t.dim() < 2 or t.shape[-1] != t.shape[-2]:
         raise ValueError(
             f"{name} must be a square matrix (..., d, d), got shape {tuple(t.shape)}"
@@ -75,9 +64,10 @@ def check_psd(S, name: str = "S", *, strict: bool = False):
         raise ValueError(
             f"{name} must be {what} (smallest eigenvalue {float(lam_min.min()):.3g})"
         )
-    return _back(sym, was_numpy)
+    return to_input_kind(sym, was_numpy)
 
 
+@numpy_in_numpy_out("S")
 def psd_sqrt(S):
     """Symmetric square root of a (batch of) symmetric PSD matrices.
 
@@ -87,44 +77,46 @@ def psd_sqrt(S):
     sym = check_psd(S, "S")
     t = torch.as_tensor(sym)
     w, U = torch.linalg.eigh(t)
-    root = (U * w.clamp(min=0).sqrt().unsqueeze(-2)) @ U.mT
-    return _back(root, not isinstance(S, torch.Tensor))
+    return (U * w.clamp(min=0).sqrt().unsqueeze(-2)) @ U.mT
 
 
+@numpy_in_numpy_out("p")
 def entropy(p, *, dim: int = -1):
     r"""Shannon entropy :math:`-\sum_k p_k \log p_k` in nats along ``dim``, with :math:`0\log 0 = 0`.
 
     ``p`` must be non-negative (it need not be normalised: the sum is taken as it is).
     """
-    t, was_numpy = _as_t(p, "p")
+    t, _ = to_tensor(p, "p")
     if bool((t < 0).any()):
         raise ValueError("p must be non-negative to have an entropy")
-    return _back(-torch.special.xlogy(t, t).sum(dim), was_numpy)
+    return -torch.special.xlogy(t, t).sum(dim)
 
 
+@numpy_in_numpy_out("p")
 def kl_divergence(p, q, *, dim: int = -1):
     r""":math:`\mathrm{KL}(p\|q) = \sum_k p_k \log(p_k / q_k)` in nats along ``dim``.
 
     Terms with :math:`p_k = 0` contribute 0; :math:`q_k = 0 < p_k` gives ``inf``.
     """
-    tp, was_numpy = _as_t(p, "p")
-    tq, _ = _as_t(q, "q")
+    tp, _ = to_tensor(p, "p")
+    tq, _ = to_tensor(q, "q")
     if bool((tp < 0).any()) or bool((tq < 0).any()):
         raise ValueError("p and q must be non-negative")
     tq = tq.to(tp.dtype)
     out = torch.special.xlogy(tp, tp) - torch.special.xlogy(tp, tq)
-    return _back(out.sum(dim), was_numpy)
+    return out.sum(dim)
 
 
+@numpy_in_numpy_out("mean1")
 def bures_wasserstein(mean1, cov1, mean2, cov2):
     r"""Closed-form :math:`W_2` between :math:`N(m_1, \Sigma_1)` and :math:`N(m_2, \Sigma_2)`.
 
     :math:`W_2^2 = |m_1 - m_2|^2 + \mathrm{tr}(\Sigma_1 + \Sigma_2
     - 2(\Sigma_1^{1/2}\Sigma_2\Sigma_1^{1/2})^{1/2})`. Batched over leading dimensions; a
-    float for one pair of NumPy inputs.
+    NumPy scalar for one pair of NumPy inputs.
     """
-    m1, was_numpy = _as_t(mean1, "mean1")
-    m2, _ = _as_t(mean2, "mean2")
+    m1, _ = to_tensor(mean1, "mean1")
+    m2, _ = to_tensor(mean2, "mean2")
     S1 = torch.as_tensor(check_psd(cov1, "cov1"))
     S2 = torch.as_tensor(check_psd(cov2, "cov2"))
     d = m1.shape[-1]
@@ -141,8 +133,4 @@ def bures_wasserstein(mean1, cov1, mean2, cov2):
     cross = psd_sqrt(R @ S2 @ R)
     tr = torch.diagonal(S1 + S2 - 2 * cross, dim1=-2, dim2=-1).sum(-1)
     w2sq = ((m1 - m2) ** 2).sum(-1) + tr
-    out = w2sq.clamp(min=0).sqrt()
-    if was_numpy:
-        out = out.cpu().numpy()
-        return float(out) if out.ndim == 0 else out
-    return out
+    return w2sq.clamp(min=0).sqrt()

@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .claims import Ledger
-from .device import default_device, describe, seed_everything
+from .device import as_generator, default_device, describe, seed_everything
 from .plotting import use_style
 
 __all__ = ["Chapter", "chapter_seed", "setup_chapter"]
@@ -34,9 +35,11 @@ class Chapter:
 
     def generator(self, offset: int = 0) -> torch.Generator:
         """A CPU generator seeded with ``seed + offset`` (CPU draws are the same on every machine)."""
-        g = torch.Generator()
-        g.manual_seed(self.seed + offset)
-        return g
+        return as_generator(self.seed + offset, "cpu")
+
+    def rng(self, offset: int = 0) -> np.random.Generator:
+        """A NumPy generator seeded with ``seed + offset`` (``np.random.default_rng``'s stream)."""
+        return as_generator(self.seed + offset, numpy=True)
 
 
 def chapter_seed(seed: int | None = None) -> int:

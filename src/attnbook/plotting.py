@@ -41,7 +41,7 @@ KIND_COLORS = {
     "l2": "#2ca02c",
     "sigmoid": "#ff7f0e",
     "sinkhorn": "#9467bd",
-    "multi-head": "#8c564b",
+    "multihead": "#8c564b",
     "causal": "#d62728",
 }
 
@@ -52,7 +52,7 @@ KIND_LABELS = {
     "l2": "ℓ²",
     "sigmoid": "sigmoid",
     "sinkhorn": "Sinkhorn",
-    "multi-head": "multi-head",
+    "multihead": "multi-head",
     "causal": "causal softmax",
 }
 

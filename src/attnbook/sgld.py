@@ -33,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from attnbook.device import generator_on
+from attnbook.device import as_generator
 from attnbook.errors import SamplerDiverged
 from attnbook.validation import (
     as_tensor,
@@ -135,7 +135,6 @@ def sample(
     burn_in: int = 0,
     thin: int = 1,
     seed=None,
-    generator: torch.Generator | None = None,
     minibatch: Callable | None = None,
     progress: bool = False,
 ) -> SGLDResult:
@@ -159,8 +158,8 @@ def sample(
         ``thin``-th after is kept.
     seed:
         Randomness of the noise (and of ``minibatch``): an int, a ``torch.Generator`` or
-        ``None`` (torch's global generator). ``generator=`` is the older spelling of a
-        generator seed.
+        ``None`` (torch's global generator), normalised by
+        :func:`attnbook.device.as_generator`.
     minibatch:
         ``minibatch(step, generator) -> batch`` draws the data of one step.
     progress:
@@ -198,11 +197,7 @@ def sample(
     n_kept = (n_steps - burn_in) // thin
     if n_kept < 1:
         raise ValueError("no samples kept: increase n_steps or reduce burn_in/thin")
-    if generator is not None:
-        if seed is not None:
-            raise ValueError("give either seed or generator, not both")
-        seed = generator
-    gen = generator_on(seed, theta.device)
+    gen = as_generator(seed, theta.device)
     eta = _step_tensor(step_size, n_chains, theta)
     noise_scale = torch.sqrt(eta)
     half_eta = 0.5 * eta
@@ -400,7 +395,7 @@ def hessian_lambda_max(
     check_finite(x, "theta")
     n_iters = check_positive_int(n_iters, "n_iters")
     n = x.shape[0]
-    gen = generator_on(seed, x.device)
+    gen = as_generator(seed, x.device)
     v = torch.randn(x.shape, generator=gen, dtype=x.dtype, device=x.device)
     dims = tuple(range(1, x.dim()))
     proj = torch.ones((), dtype=x.dtype, device=x.device)

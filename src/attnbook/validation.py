@@ -40,7 +40,8 @@ def as_tensor(
     """Convert a NumPy array, a tensor or a nested sequence of numbers to a tensor.
 
     Floating tensors keep their dtype unless ``dtype`` is given; NumPy float64 stays float64.
-    Integer input is promoted to the default float dtype unless ``allow_int``.
+    Integer input — a tensor, an array or a list — is promoted to float64, the package's one
+    default float dtype, unless ``allow_int``.
     """
     if isinstance(x, torch.Tensor):
         t = x
@@ -60,7 +61,7 @@ def as_tensor(
     if t.dtype == torch.bool or t.is_complex():
         raise TypeError(f"{name} must be real-valued, got dtype {t.dtype}")
     if not t.is_floating_point() and not allow_int:
-        t = t.to(torch.get_default_dtype())
+        t = t.to(torch.float64)
     if dtype is not None or device is not None:
         t = t.to(
             dtype=dtype or t.dtype, device=device if device is not None else t.device

@@ -15,10 +15,11 @@ from .plotting import KIND_LABELS, to_numpy
 __all__ = ["attention_explorer"]
 
 
-def attention_explorer(tokens=None, *, n: int = 12, seed: int = 0):
+def attention_explorer(tokens=None, *, n: int = 12, seed=None):
     """Sliders for the attention map of a token cloud: kind, inverse temperature, causal mask.
 
-    ``tokens`` is an ``(n, 2)`` cloud (default :func:`attnbook.attention.example_tokens`).
+    ``tokens`` is an ``(n, 2)`` cloud (default :func:`attnbook.attention.example_tokens`
+    drawn with ``seed``: an int, a ``torch.Generator`` or ``None``, torch's global generator).
     Queries and keys are the tokens scaled by the inverse temperature β. Returns the widget.
     """
     import ipywidgets as W

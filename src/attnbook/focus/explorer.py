@@ -17,8 +17,10 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from .. import markov
+from ..device import as_generator
 from ..validation import check_positive, check_positive_int
 from .metrics import analyse_flow
 from .plots import shade_stages
@@ -82,18 +84,30 @@ def _options(t_end, eps, m, seed) -> tuple:
     t_end = check_positive(t_end, "t_end")
     eps = check_positive(eps, "eps")
     m = check_positive_int(m, "m")
-    if not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    return float(t_end), float(eps), m, int(seed)
+    return float(t_end), float(eps), m, _int_seed(seed)
+
+
+def _int_seed(seed) -> int:
+    """The cache keys on an int: a generator or None (torch's global) gives one draw."""
+    if seed is None or isinstance(seed, torch.Generator):
+        return int(as_generator(seed, numpy=True).integers(2**31))
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(
+            f"seed must be an int, a torch.Generator or None, got {type(seed).__name__}"
+        )
+    return int(seed)
 
 
 def explorer_runs(
-    settings, *, t_end: float = 2e4, eps: float = 1e-3, m: int = 8, seed: int = 0
+    settings, *, t_end: float = 2e4, eps: float = 1e-3, m: int = 8, seed=None
 ) -> list[ExplorerRun]:
     """The runs of ``settings`` (a list of ``(delta, rho)``), integrating only those not
     cached yet. The chains are ``perturbed_chain(4, 0.7, delta, rho)``; every
-    setting starts from the same ``init_params(4, m, eps=eps, seed=seed)``."""
+    setting starts from the same ``init_params(4, m, eps=eps, seed=seed)``. ``seed``: an
+    int, a ``torch.Generator`` or ``None`` (one int drawn from torch's global generator,
+    which ``setup_chapter`` seeds); the cache is keyed on the int."""
     opts = _options(t_end, eps, m, seed)
+    seed = opts[-1]
     keys = [(*_setting(dl, r), *opts) for dl, r in settings]
     if not keys:
         raise ValueError("settings must hold at least one (delta, rho)")
@@ -190,6 +204,7 @@ def focus_explorer(
     import ipywidgets as W
     import matplotlib.pyplot as plt
 
+    options = {**options, "seed": _int_seed(options.get("seed"))}  # one for all draws
     deltas = [_setting(dl, 0.5)[0] for dl in deltas]
     rhos = [_setting(0.0, r)[1] for r in rhos]
     if not deltas or not rhos:

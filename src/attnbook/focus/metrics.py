@@ -293,7 +293,7 @@ def stage_times(
     t = np.asarray(t, float)
     loss = np.asarray(loss, float)
     p = _np(pi, "pi")
-    Hpi = float(-(p * np.log(p)).sum())
+    Hpi = float(linalg.entropy(p))
     out = dict.fromkeys(
         ["I_start", "I_end", "II_start", "II_end", "III_end", "IV_escape"], float("nan")
     )

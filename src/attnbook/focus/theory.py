@@ -40,6 +40,7 @@ import numpy as np
 import sympy as sp
 import torch
 
+from ..linalg import entropy
 from ..markov import as_probability_vector
 from ..validation import as_tensor, check_finite, check_positive_int
 from .population import Params
@@ -122,7 +123,7 @@ def attention_growth_rate(pi, lam) -> torch.Tensor:
     ell = log_ratio_vector(p)
     s2 = (p**2).sum(-1)
     S3 = (p**3).sum(-1) - s2**2
-    H = -(p * torch.log(p)).sum(-1)
+    H = entropy(p)
     T = (p**2 * (torch.log(p) + H[..., None])).sum(-1)
     return lam_t * ell.norm(dim=-1) * S3 * T / p.norm(dim=-1) ** 5
 
@@ -566,11 +567,14 @@ def rank_one_orbits(y) -> np.ndarray:
     return orbits
 
 
-def solve_reduced(y0, P, t_eval, *, rtol: float = 1e-10, atol: float = 1e-12):
+def solve_reduced(
+    y0, P, t_eval, *, rtol: float = 1e-10, atol: float = 1e-12, max_abs: float = 1e8
+):
     r"""Integrate the reduced (rank-one) ODE of :func:`reduced_ode` from ``y0`` at ``t_eval[0]``
-    (SciPy LSODA). Returns ``(t, y, loss)``: times ``(T,)``, coordinates ``(2d+2, T)`` and the
-    reduced loss along the way ``(T,)``."""
-    from scipy.integrate import solve_ivp
+    (SciPy's LSODA through :func:`attnbook.flows.odeint`). Returns ``(t, y, loss)``: times
+    ``(T,)``, coordinates ``(2d+2, T)`` and the reduced loss along the way ``(T,)``. A state
+    that leaves ``max_abs`` raises :class:`attnbook.errors.BlowUpError`, as every flow does."""
+    from ..flows import odeint
 
     y0 = _check_reduced(y0, "y0")
     t_eval = np.asarray(t_eval, float)
@@ -579,25 +583,19 @@ def solve_reduced(y0, P, t_eval, *, rtol: float = 1e-10, atol: float = 1e-12):
     red = reduced_ode((y0.size - 2) // 2)
 
     def rhs(t, y):
-        return red["numeric"](y, P)
+        return torch.as_tensor(red["numeric"](y.numpy(), P), dtype=torch.float64)
 
-    sol = solve_ivp(
+    Y = odeint(
         rhs,
-        (t_eval[0], t_eval[-1]),
-        y0,
-        method="LSODA",
-        t_eval=t_eval,
+        torch.tensor(y0, dtype=torch.float64),
+        t_eval,
+        method="lsoda",
         rtol=rtol,
         atol=atol,
-    )
-    if sol.status != 0:
-        from ..errors import FlowDiverged
-
-        raise FlowDiverged(
-            f"reduced ODE failed: {sol.message}", partial=sol.y, times=sol.t
-        )
-    loss = np.array([red["numeric_loss"](y, P) for y in sol.y.T])
-    return sol.t, sol.y, loss
+        max_abs=max_abs,
+    ).numpy()
+    loss = np.array([red["numeric_loss"](y, P) for y in Y])
+    return t_eval, Y.T, loss
 
 
 def plateau_instability(P, start, m: int) -> tuple[float, float]:

@@ -8,55 +8,46 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..validation import as_tensor, check_finite
+from ..arrays import numpy_in_numpy_out, to_tensor
 
 __all__ = ["empirical_cov", "eigenvalue_ratio", "numerical_rank", "trace_one_circle"]
 
 
-def _tensor(x, name: str) -> tuple[torch.Tensor, bool]:
-    was_numpy = not isinstance(x, torch.Tensor)
-    t = check_finite(as_tensor(x, name), name)
-    return (t.to(torch.float64) if was_numpy else t), was_numpy
-
-
+@numpy_in_numpy_out("x")
 def empirical_cov(x):
     r"""The (1/n-normalised) covariance :math:`\frac1n\sum_i (x_i - \bar x)(x_i - \bar x)^\top` of
     clouds ``(..., n, d)``; returns ``(..., d, d)``."""
-    X, was_numpy = _tensor(x, "x")
+    X, _ = to_tensor(x, "x")
     if X.dim() < 2:
         raise ValueError(f"x must be a cloud (..., n, d), got shape {tuple(X.shape)}")
     Z = X - X.mean(-2, keepdim=True)
-    C = Z.mT @ Z / X.shape[-2]
-    return C.cpu().numpy() if was_numpy else C
+    return Z.mT @ Z / X.shape[-2]
 
 
+@numpy_in_numpy_out("S")
 def eigenvalue_ratio(S):
     r"""Flatness :math:`\lambda_{\min}/\lambda_{\max}` of symmetric matrices ``(..., d, d)``.
 
-    1 for an isotropic cloud, 0 for one squeezed onto a lower-dimensional subspace. A float for
-    one NumPy matrix.
+    1 for an isotropic cloud, 0 for one squeezed onto a lower-dimensional subspace. A NumPy
+    scalar for one NumPy matrix.
     """
-    M, was_numpy = _tensor(S, "S")
+    M, _ = to_tensor(S, "S")
     if M.dim() < 2 or M.shape[-1] != M.shape[-2]:
         raise ValueError(f"S must be square (..., d, d), got shape {tuple(M.shape)}")
     ev = torch.linalg.eigvalsh((M + M.mT) / 2)
-    r = ev[..., 0] / ev[..., -1]
-    if was_numpy:
-        r = r.cpu().numpy()
-        return float(r) if r.ndim == 0 else r
-    return r
+    return ev[..., 0] / ev[..., -1]
 
 
+@numpy_in_numpy_out("S")
 def numerical_rank(S, *, rtol: float = 1e-3):
     r"""Number of eigenvalues above ``rtol`` × the largest, for symmetric PSD ``(..., d, d)``.
 
     The rank of a limiting covariance read off a finite-time state: eigenvalues that decay like
     :math:`1/t` fall below ``rtol`` once :math:`t \gg 1/\text{rtol}`.
     """
-    M, was_numpy = _tensor(S, "S")
+    M, _ = to_tensor(S, "S")
     ev = torch.linalg.eigvalsh((M + M.mT) / 2)
-    rank = (ev > rtol * ev[..., -1:].clamp(min=0)).sum(-1)
-    return rank.cpu().numpy() if was_numpy else rank
+    return (ev > rtol * ev[..., -1:].clamp(min=0)).sum(-1)
 
 
 def trace_one_circle(n: int, radius: float = 0.3) -> np.ndarray:

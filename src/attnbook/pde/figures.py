@@ -26,6 +26,7 @@ import math
 import numpy as np
 import torch
 
+from ..arrays import numpy_in_numpy_out
 from ..attention import resolve_kind
 from ..flows import check_adaptive_method, check_times, odeint
 from ..linalg import check_psd
@@ -117,6 +118,7 @@ def _rhs(S: torch.Tensor, kind: str, A, V, G) -> torch.Tensor:
     return R + R.mT
 
 
+@numpy_in_numpy_out("cov")
 def covariance_rhs(cov, *, kind: str, A=None, V=None, Q=None, K=None):
     r""":math:`\dot\Sigma` of the zero-mean Gaussian flow for a batch ``cov`` ``(B, d, d)`` or ``(d, d)``.
 
@@ -127,12 +129,10 @@ def covariance_rhs(cov, *, kind: str, A=None, V=None, Q=None, K=None):
     scaling is applied: pass ``A = KᵀQ/√d`` for the authors' convention. NumPy in, NumPy out.
     """
     kind = resolve_kind(kind, FIGURE_KINDS)
-    was_numpy = not isinstance(cov, torch.Tensor)
     S = check_psd(_t(cov, "cov"), "cov")
     if S.ndim not in (2, 3) or S.shape[-1] != S.shape[-2]:
         raise ValueError(f"cov must be (d, d) or (B, d, d), got {tuple(S.shape)}")
-    out = _rhs(S, kind, *_params(kind, S.shape[-1], A, V, Q, K))
-    return out.numpy() if was_numpy else out
+    return _rhs(S, kind, *_params(kind, S.shape[-1], A, V, Q, K))
 
 
 def batched_covariance_flow(

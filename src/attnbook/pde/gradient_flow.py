@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from ..flows import check_times, odeint
+from ..linalg import check_psd, kl_divergence, psd_sqrt
 from ..validation import as_tensor, check_finite
 from .meanfield import optimal_matching
 from .particles import (
@@ -274,10 +275,8 @@ def gaussian_energy(mean, cov, A) -> float:
         raise ValueError(
             f"mean must be (d,), cov and A (d, d); got {m.shape}, {S.shape}, {Am.shape}"
         )
-    if not np.allclose(S, S.T, atol=1e-10) or np.linalg.eigvalsh(S).min() < -1e-12:
-        raise ValueError("cov must be symmetric positive semi-definite")
-    w, U = np.linalg.eigh(S)
-    R = (U * np.sqrt(np.clip(w, 0, None))) @ U.T
+    S = check_psd(S, "cov")
+    R = psd_sqrt(S)
     M = Am.T @ S @ Am
     if np.linalg.eigvalsh(np.eye(d) - R @ M @ R).min() <= 0:
         return math.inf
@@ -319,8 +318,7 @@ def sinkhorn_self_cost(cov, A) -> float:
         raise ValueError(
             f"cov and A must be square matrices of the same size, got {S.shape}, {Am.shape}"
         )
-    if not np.allclose(S, S.T, atol=1e-12) or np.linalg.eigvalsh(S).min() <= 0:
-        raise ValueError("cov must be symmetric positive definite")
+    S = check_psd(S, "cov", strict=True)
     CT = sinkhorn_cross_covariance(S, Am)
     C = CT.T
     Mx = np.linalg.solve(S, CT) @ np.linalg.solve(S, C)
@@ -347,7 +345,7 @@ def sinkhorn_self_cost_particles(x, A, *, tol: float = 1e-11) -> float:
     P = attention_matrix(X, kind="sinkhorn", A=At, sinkhorn_tol=tol)[0]
     pi = P / n
     L = (X @ At.T) @ X.T
-    kl = (pi * torch.log(P * n).nan_to_num(0.0, neginf=0.0)).sum()
+    kl = kl_divergence(pi.flatten(), torch.full_like(pi, 1.0 / n**2).flatten())
     return float(0.5 * ((-L * pi).sum() + kl))
 
 

@@ -33,8 +33,9 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from scipy.stats import norm
 
+from ..device import as_generator
 from ..errors import FlowDiverged
-from ..linalg import psd_sqrt
+from ..linalg import bures_wasserstein
 from ..validation import as_float64_array, as_tensor, check_finite
 from .particles import check_cloud, interaction_matrices, prepare_inputs
 
@@ -110,10 +111,8 @@ def gelbrich_distance(x, mean, cov) -> np.ndarray:
     mu = X.mean(-2)
     Z = X - mu[..., None, :]
     C = np.swapaxes(Z, -1, -2) @ Z / X.shape[-2]
-    R = psd_sqrt(C)
-    cross = psd_sqrt((R @ S @ R + np.swapaxes(R @ S @ R, -1, -2)) / 2)
-    tr = np.trace(C + S - 2 * cross, axis1=-2, axis2=-1)
-    return np.sqrt(np.maximum(((mu - m) ** 2).sum(-1) + tr, 0.0))
+    m, S = np.broadcast_to(m, mu.shape), np.broadcast_to(S, C.shape)
+    return np.asarray(bures_wasserstein(mu, C, m, S))
 
 
 def w2_particles_batch(x, y) -> np.ndarray:
@@ -384,13 +383,7 @@ def sample_disk(n: int, radius: float = 1.0, *, seed=None, batch=()) -> torch.Te
 
     ``seed``: int or ``torch.Generator`` (``None``: torch's global generator).
     """
-    from ..device import resolve_generator
-
-    gen = (
-        seed
-        if seed is None or isinstance(seed, torch.Generator)
-        else resolve_generator(seed)
-    )
+    gen = as_generator(seed)
     r = torch.rand(*batch, n, 1, generator=gen, dtype=torch.float64).sqrt() * radius
     th = 2 * torch.pi * torch.rand(*batch, n, 1, generator=gen, dtype=torch.float64)
     return torch.cat([r * th.cos(), r * th.sin()], -1)
@@ -402,7 +395,7 @@ def two_sample_rates(
     *,
     n_seeds: int = 8,
     T: float = 1.0,
-    seed: int = 0,
+    seed=None,
     max_log_weight_var: float = 1.0,
 ):
     r"""Particles at ``T`` against the Gaussian solution in dimension ``d``, for each size in ``ns``.
@@ -426,7 +419,7 @@ def two_sample_rates(
     from .gaussian import gaussian_flow
     from .particles import sample_gaussian, simulate
 
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed, numpy=True)
     times = np.linspace(0.0, T, 11)
     for _ in range(100):
         B = rng.normal(size=(d, d)) / np.sqrt(d)
@@ -446,12 +439,16 @@ def two_sample_rates(
             "no draw of 100 kept the solution bounded and the softmax log-weight "
             f"variance ≤ {max_log_weight_var} on [0, T]"
         )
+    # an int seed keeps its streams (seed + k); a generator or None gives one base draw
+    base = (
+        int(seed) if isinstance(seed, (int, np.integer)) else int(rng.integers(2**40))
+    )
     W, G = np.zeros((len(ns), n_seeds)), np.zeros((len(ns), n_seeds))
     for k, n in enumerate(ns):
-        x0 = sample_gaussian(int(n), np.zeros(d), S0, seed=seed + k, batch=(n_seeds,))
+        x0 = sample_gaussian(int(n), np.zeros(d), S0, seed=base + k, batch=(n_seeds,))
         xT = simulate(x0, [0.0, T], kind="softmax", A=A, step_size=0.1)[-1]
         ref = sample_gaussian(
-            int(n), flow.mean[-1], flow.cov[-1], seed=seed + 100 + k, batch=(n_seeds,)
+            int(n), flow.mean[-1], flow.cov[-1], seed=base + 100 + k, batch=(n_seeds,)
         )
         W[k] = w2_particles_batch(xT, ref)
         G[k] = gelbrich_distance(xT, flow.mean[-1], flow.cov[-1])

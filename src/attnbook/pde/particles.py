@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from ..attention import resolve_kind, sinkhorn
-from ..device import default_device, resolve_generator
+from ..device import as_generator, default_device
 from ..errors import BlowUpError
 from ..flows import check_times, odeint
 from ..linalg import check_psd, psd_sqrt
@@ -752,11 +752,7 @@ def sample_gaussian(
         raise TypeError(f"symmetric must be a bool, got {type(symmetric).__name__}")
     if symmetric and n % 2:
         raise ValueError(f"symmetric needs an even n, got n = {n}")
-    gen = (
-        seed
-        if seed is None or isinstance(seed, torch.Generator)
-        else resolve_generator(seed)
-    )
+    gen = as_generator(seed)
     if symmetric:
         half = torch.randn(*batch, n // 2, d, generator=gen, dtype=dtype)
         z = torch.cat([half, -half], dim=-2)

@@ -35,6 +35,7 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
+from ..device import as_generator
 from ..linalg import psd_sqrt
 from ..validation import check_choice
 
@@ -355,7 +356,7 @@ def _roundoff_scales(kind, a, S, *, A=None, V=None, Q=None, K=None):
 
 
 def closed_form_gaps(
-    seed: int, dims=range(1, 6), *, in_roundoff_units: bool = False
+    seed, dims=range(1, 6), *, in_roundoff_units: bool = False
 ) -> dict[str, float]:
     r"""Largest gap between the lambdified SymPy moment equations and the hand-typed closed
     forms of :mod:`attnbook.pde.closed_forms` (softmax, ℓ², linear) on random inputs.
@@ -377,7 +378,7 @@ def closed_form_gaps(
 
     if not isinstance(in_roundoff_units, bool):
         raise TypeError("in_roundoff_units must be a bool")
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed, numpy=True)
     u = np.finfo(float).eps / 2
     worst = {"softmax": 0.0, "l2": 0.0, "linear": 0.0}
     for dim in dims:
