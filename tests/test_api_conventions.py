@@ -158,3 +158,61 @@ def test_integer_input_is_float64_whatever_its_container():
     for x in ([1, 2], np.array([1, 2]), torch.tensor([1, 2])):
         assert as_tensor(x, "x").dtype == torch.float64
     assert as_tensor(np.array([1, 2]), "x", allow_int=True).dtype == torch.int64
+
+
+# device defaults other than None, each with its reason (CONTRIBUTING, "Defaults")
+DEVICE_DEFAULT_EXCEPTIONS = {
+    # a generator is tied to the device of its draws, and CPU and CUDA streams differ: a
+    # seed gives the same numbers on every machine only when it draws on the CPU
+    "attnbook.device.as_generator": "cpu",
+}
+
+
+@pytest.mark.parametrize(
+    "name,sig", [(n, s) for n, s in SIGNATURES if "dtype" in s.parameters]
+)
+def test_dtype_defaults_to_none_meaning_float64(name, sig):
+    assert sig.parameters["dtype"].default is None, (
+        f"{name}: dtype={sig.parameters['dtype'].default!r}; the one default is None "
+        "(float64, or the input tensor's dtype: attnbook.device.default_dtype)"
+    )
+
+
+@pytest.mark.parametrize(
+    "name,sig", [(n, s) for n, s in SIGNATURES if "device" in s.parameters]
+)
+def test_device_defaults_to_none_meaning_the_input_or_torch_default(name, sig):
+    default = sig.parameters["device"].default
+    if default is inspect.Parameter.empty:  # a required device (a record of a run)
+        return
+    assert default == DEVICE_DEFAULT_EXCEPTIONS.get(name), (
+        f"{name}: device={default!r}; the one default is None "
+        "(the input's device, else torch's default: attnbook.device.resolve_device)"
+    )
+
+
+def test_the_dtype_and_device_rules():
+    from attnbook.device import default_dtype, resolve_device
+
+    assert default_dtype() is torch.float64
+    assert default_dtype("float32") is torch.float32
+    assert default_dtype(None, like=torch.zeros(2, dtype=torch.float32)) is torch.float32
+    assert default_dtype(None, like=torch.zeros(2, dtype=torch.long)) is torch.float64
+    with pytest.raises(TypeError, match="dtype"):
+        default_dtype(torch.long)
+    with pytest.raises(ValueError, match="dtype"):
+        default_dtype("float16x")
+    assert resolve_device() == torch.get_default_device()
+    assert resolve_device(None, like=torch.zeros(1)).type == "cpu"
+    with pytest.raises(TypeError, match="device"):
+        resolve_device(3)
+    # defaults follow the rule where they are used: float64 on the CPU, unasked
+    from attnbook import attention, focus, pde
+
+    for made in (
+        focus.OneLayerTransformer(3, 2, seed=0).W0,
+        focus.init_params(3, 2, seed=0).W0,
+        pde.sample_gaussian(4, np.zeros(2), np.eye(2), seed=0),
+        attention.example_tokens(seed=0),
+    ):
+        assert made.dtype == torch.float64 and made.device == torch.get_default_device()

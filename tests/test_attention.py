@@ -454,3 +454,65 @@ def test_normalize_scores_rejects_bad_input_and_reads_nothing_back():
     s = torch.tensor([[0.0, float("nan")], [1.0, 2.0]])
     w = att.normalize_scores(s)
     assert torch.isnan(w[0]).all() and torch.isfinite(w[1]).all()
+
+
+# --- the one attention kernel: masked_softmax, l2_score_terms, softmax_pool -----------
+
+
+def test_masked_softmax_empty_rows_give_zero_weights_and_finite_gradients():
+    s = _rand(3, 5, seed=31).requires_grad_(True)
+    mask = torch.tensor([[True] * 5, [False] * 5, [True, False, True, False, False]])
+    w = att.masked_softmax(s, mask)
+    assert torch.equal(w[1], torch.zeros(5))  # sees nothing: no output, not NaN
+    ref = torch.softmax(s[2, [0, 2]], -1)
+    w_ = w.detach()
+    assert torch.allclose(w_[2, [0, 2]], ref.detach(), atol=1e-15) and w_[2, 1] == 0
+    (w * _rand(3, 5, seed=32)).sum().backward()
+    assert torch.isfinite(s.grad).all() and torch.equal(s.grad[1], torch.zeros(5))
+    # without a mask it is torch's softmax, bit for bit (the inner loops rely on it)
+    assert torch.equal(att.masked_softmax(s.detach()), torch.softmax(s.detach(), -1))
+
+
+def test_l2_score_terms_stay_accurate_far_from_the_origin():
+    # a tight cloud (spread 1e-3) at distance 1e4: the plain expansion 2<q,k> - |k|^2
+    # carries round-off of order eps |x|^2 ~ 2e-8, larger than the score differences
+    # (~1e-6) it must resolve; centred, the error is of order eps * spread^2
+    g = torch.Generator().manual_seed(33)
+    centre = torch.full((3,), 1e4, dtype=torch.float64)
+    q = centre + 1e-3 * torch.randn(6, 3, generator=g, dtype=torch.float64)
+    k = centre + 1e-3 * torch.randn(7, 3, generator=g, dtype=torch.float64)
+    exact = -((q[:, None, :] - k[None]) ** 2).sum(-1)  # differences first: exact here
+    exact = exact - exact[:, :1]  # scores up to a row constant
+    qc, kc, b = att.l2_score_terms(q, k)
+    centred = qc @ kc.T + b
+    centred = centred - centred[:, :1]
+    plain = 2 * q @ k.T - (k * k).sum(-1)
+    plain = plain - plain[:, :1]
+    scale = float(exact.abs().max())
+    assert float((centred - exact).abs().max()) < 1e-6 * scale
+    assert float((plain - exact).abs().max()) > 1e-3 * scale  # the null: no centring
+    # NumPy in, NumPy out, the same numbers
+    # NumPy in, NumPy out (its mean rounds differently; the scores do not care where c is)
+    qn, kn, bn = att.l2_score_terms(q.numpy(), k.numpy())
+    assert isinstance(qn, np.ndarray) and isinstance(bn, np.ndarray)
+    sn = qn @ kn.T + bn
+    np.testing.assert_allclose(sn - sn[:, :1], exact.numpy(), atol=1e-6 * scale)
+
+
+@pytest.mark.parametrize("n", [7, 2048])  # 2048: several blocks of rows on a CPU
+@pytest.mark.parametrize("as_numpy", [False, True])
+def test_softmax_pool_equals_weights_times_values(n, as_numpy):
+    g = torch.Generator().manual_seed(34 + n)
+    q = torch.randn(2, n, 3, generator=g, dtype=torch.float64)
+    k = torch.randn(2, n, 3, generator=g, dtype=torch.float64)
+    v = torch.randn(2, n, 4, generator=g, dtype=torch.float64)
+    b = torch.randn(2, n, generator=g, dtype=torch.float64)
+    ref = torch.softmax(q @ k.mT + b[:, None, :], -1) @ v
+    args = (q, k, v) if not as_numpy else (q.numpy(), k.numpy(), v.numpy())
+    out = att.softmax_pool(*args, key_bias=b.numpy() if as_numpy else b)
+    assert isinstance(out, np.ndarray) == as_numpy
+    np.testing.assert_allclose(np.asarray(out), ref.numpy(), rtol=1e-12, atol=1e-13)
+    # scores large enough that exp overflows without the max-subtraction pass
+    big = att.softmax_pool(*(a * 30 if i < 2 else a for i, a in enumerate(args)))
+    ref_big = torch.softmax(900 * q @ k.mT, -1) @ v
+    np.testing.assert_allclose(np.asarray(big), ref_big.numpy(), rtol=1e-9, atol=1e-12)

@@ -155,3 +155,54 @@ def test_history_reports_wall_s_and_the_old_name():
 
     h = train.adam(loss, {"w": torch.ones(2, 1, dtype=torch.float64)}, n_steps=3)
     assert h.wall_s > 0 and h.seconds == h.wall_s
+
+
+def test_descend_is_the_one_loop_sgd_and_adam_by_hand():
+    # θ ← θ − η g and Adam's update, written out here for two steps on L = |θ|²/2 (g = θ)
+    theta0 = torch.tensor([[1.0, -2.0], [0.5, 4.0]], dtype=torch.float64)
+
+    def lg(k, xs):
+        return 0.5 * (xs[0] ** 2).sum(-1), [xs[0].clone()]
+
+    x = [theta0.clone()]
+    run = train.descend(lg, x, n_steps=2, optimizer="sgd", lr=0.1)
+    assert torch.allclose(x[0], theta0 * 0.9**2, rtol=0, atol=1e-15)
+    assert run.loss.shape == (3, 2) and list(run.steps) == [0, 1, 2]
+    x = [theta0.clone()]
+    train.descend(lg, x, n_steps=2, optimizer="adam", lr=0.1)
+    # step 1: m̂ = g, v̂ = g², so θ moves by η sign(g) (up to eps); step 2 likewise here
+    expect = theta0 - 0.1 * torch.sign(theta0)
+    g2 = expect
+    m2, v2 = 0.9 * 0.1 * theta0 + 0.1 * g2, 0.999 * 0.001 * theta0**2 + 0.001 * g2**2
+    expect = expect - 0.1 * (m2 / (1 - 0.9**2)) / ((v2 / (1 - 0.999**2)).sqrt() + 1e-8)
+    assert torch.allclose(x[0], expect, rtol=0, atol=1e-7)
+
+
+def test_descend_freezes_or_raises_on_divergence_and_checks_its_arguments():
+    def lg(k, xs):  # model 1's loss becomes infinite at step 3
+        loss = (xs[0] ** 2).sum(-1)
+        if k >= 3:
+            loss = loss + torch.tensor([0.0, float("inf")], dtype=loss.dtype)
+        return loss, [2 * xs[0]]
+
+    x = [torch.ones(2, 3, dtype=torch.float64)]
+    run = train.descend(lg, x, n_steps=6, optimizer="sgd", lr=0.1, on_divergence="freeze")
+    assert run.alive.tolist() == [True, False]
+    assert torch.allclose(x[0][1], torch.full((3,), 0.8**3, dtype=torch.float64))
+    assert np.isinf(run.loss[3:, 1].numpy()).all() and run.final_loss[1] == np.inf
+    with pytest.raises(train.TrainingDiverged, match="step 3"):
+        train.descend(lg, [torch.ones(2, 3)], n_steps=6, optimizer="sgd", lr=0.1)
+    # recorded-only checks see it at the next record, through the average
+    with pytest.raises(train.TrainingDiverged, match="step 5"):
+        train.descend(
+            lg, [torch.ones(2, 3)], n_steps=6, lr=0.1, optimizer="sgd",
+            record_steps=[0, 5, 6], average=True, check="recorded",
+        )  # fmt: skip
+    with pytest.raises(TypeError, match="params"):
+        train.descend(lg, [], n_steps=2)
+    with pytest.raises(ValueError, match="params\\[1\\]"):
+        train.descend(lg, [torch.ones(2, 3), torch.ones(3, 3)], n_steps=2)
+    with pytest.raises(ValueError, match="optimizer"):
+        train.descend(lg, [torch.ones(2, 3)], n_steps=2, optimizer="lbfgs")
+    with pytest.raises(ValueError, match="record_steps"):
+        train.descend(lg, [torch.ones(2, 3)], n_steps=2, record_steps=[5])

@@ -29,10 +29,11 @@ import math
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .arrays import numpy_in_numpy_out
-from .device import as_generator
+from .device import as_generator, default_dtype
 from .errors import NotConverged
 from .linalg import entropy
 from .validation import (
@@ -54,6 +55,9 @@ __all__ = [
     "causal_mask",
     "attention_weights",
     "normalize_scores",
+    "masked_softmax",
+    "l2_score_terms",
+    "softmax_pool",
     "SCORE_KINDS",
     "sinkhorn",
     "SinkhornResult",
@@ -145,6 +149,142 @@ def _common_dtype(*ts: torch.Tensor):
     for t in ts[1:]:
         dtype = torch.promote_types(dtype, t.dtype)
     return tuple(t.to(dtype) for t in ts)
+
+
+# --------------------------------------------------------------------------------------
+# The attention kernel: masked softmax, ℓ² scores, and softmax pooling without the matrix.
+# pde, focus and gradient_flow call these; nothing else in the package writes a softmax.
+
+
+def masked_softmax(logits: torch.Tensor, mask=None, *, dim: int = -1) -> torch.Tensor:
+    """Softmax of ``logits`` along ``dim``, over the entries where ``mask`` is True.
+
+    ``mask`` (bool, broadcastable to ``logits``): the visible entries; ``None`` = all (a
+    plain softmax, no extra pass). With a mask, a row that sees nothing — every entry
+    masked or ``-inf`` — gets zero weights (no output) instead of NaN, and a zero gradient.
+    Unchecked: the inner loop of samplers and training steps."""
+    if mask is None:
+        return torch.softmax(logits, dim=dim)
+    logits = logits.masked_fill(~mask, float("-inf"))
+    empty = torch.isneginf(logits).all(dim, keepdim=True)
+    # an empty row is softmaxed as zeros (no NaN in the values or the gradient), then cleared
+    return torch.softmax(logits.masked_fill(empty, 0.0), dim=dim).masked_fill(
+        empty, 0.0
+    )
+
+
+def _mean_rows(x):
+    if isinstance(x, np.ndarray):
+        return x.mean(-2, keepdims=True)
+    return x.mean(-2, keepdim=True)
+
+
+def l2_score_terms(queries, keys, gram=None):
+    r"""ℓ² scores :math:`-|q_i - K x_j|^2`, up to a constant per row, as a product plus a bias.
+
+    ``keys``: the tokens :math:`x_j` ``(..., n_k, d)``; ``gram``: :math:`G = K^\top K`
+    ``(..., d, d)`` (``None``: :math:`K = I`); ``queries``: :math:`K^\top q_i`
+    ``(..., n_q, d)`` (with ``gram=None``, the queries themselves). Returns ``(q', k', b)``
+    with ``score_ij = <q'_i, k'_j> + b_j`` (row constants dropped: they cancel in every
+    normalisation over ``j``). Both sides are centred at the keys' mean :math:`c` first,
+    :math:`q' = 2K^\top(q - Kc)`, :math:`k' = x - c`, :math:`b = -|K(x - c)|^2`, so the
+    product's round-off scales with the cloud's spread, not with :math:`|x|^2` as the plain
+    expansion's does (which loses every digit when tokens cluster far from the origin), at
+    the cost of one matrix product. NumPy arrays or tensors, the same in and out.
+    """
+    c = _mean_rows(keys)
+    kc = keys - c
+    if gram is None:
+        return 2 * (queries - c), kc, -(kc * kc).sum(-1)
+    return 2 * (queries - c @ gram), kc, -((kc @ gram) * kc).sum(-1)
+
+
+def _l2_scores(queries, keys) -> torch.Tensor:
+    """The ℓ² score matrix (up to row constants) of :func:`l2_score_terms`."""
+    q, k, b = l2_score_terms(queries, keys)
+    return q @ k.mT + b.unsqueeze(-2)
+
+
+def _pool_rows(n_k: int, batch: int, cuda: bool) -> int:
+    """Query rows per block: the block of scores stays cache-sized on a CPU, large on a GPU."""
+    return max(1, ((1 << 27) if cuda else (1 << 21)) // max(1, n_k * batch))
+
+
+def _exp_(s: torch.Tensor) -> torch.Tensor:
+    """``s.exp_()``; on a CPU through NumPy's vectorised exp, 2-3x faster than torch's."""
+    if s.device.type == "cpu" and not s.requires_grad and s.is_contiguous():
+        a = s.numpy()
+        np.exp(a, out=a)
+        return s
+    return s.exp_()
+
+
+def _pool_torch(q, k, v, bias) -> torch.Tensor:
+    n_q, n_k, d = q.shape[-2], k.shape[-2], v.shape[-1]
+    v1 = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # values and a ones column
+    batch = math.prod(q.shape[:-2])
+    rows = _pool_rows(n_k, batch, q.device.type == "cuda")
+    # |s_ij| <= |q_i| |k_j| + |b_j|: when that bound is far from exp's overflow and
+    # underflow (checked once per call, on a CPU), the max-subtraction pass is not needed.
+    shift = True
+    if q.device.type == "cpu" and n_q * n_k >= (1 << 20):  # small n: the pass is cheap
+        bound = float((q.norm(dim=-1).amax() * k.norm(dim=-1).amax()).detach())
+        if bias is not None:
+            bound += float(bias.abs().amax().detach())
+        shift = not bound < (600.0 if q.dtype == torch.float64 else 60.0)
+    bias = None if bias is None else bias.unsqueeze(-2)
+    parts = []
+    for r0 in range(0, n_q, rows):
+        s = q[..., r0 : r0 + rows, :] @ k.mT  # (..., rows, n_k)
+        if bias is not None:
+            s += bias
+        if shift:
+            s -= s.amax(-1, keepdim=True)  # stable exponentials
+        r = _exp_(s) @ v1
+        parts.append(r[..., :d] / r[..., d:])
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)
+
+
+def _pool_numpy(q, k, v, bias) -> np.ndarray:
+    # Two differences from the torch path, both round-off only: the max-subtraction pass is
+    # skipped at every size when the bound allows it (it costs O(n d) here, NumPy's float32
+    # max being slow), and the row sums are a separate sum rather than a ones column (a
+    # 3-column product is slower in OpenBLAS than a 2-column one and a sum).
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    rows = _pool_rows(n_k, math.prod(q.shape[:-2]), False)
+    kT = np.swapaxes(k, -1, -2)
+    bound = float(np.sqrt((q * q).sum(-1)).max() * np.sqrt((k * k).sum(-1)).max())
+    if bias is not None:
+        bound += float(np.abs(bias).max())
+        bias = bias[..., None, :]
+    shift = not bound < (600.0 if q.dtype == np.float64 else 60.0)
+    parts = []
+    for r0 in range(0, n_q, rows):
+        s = q[..., r0 : r0 + rows, :] @ kT
+        if bias is not None:
+            s += bias
+        if shift:
+            s -= s.max(-1, keepdims=True)
+        np.exp(s, out=s)
+        parts.append((s @ v) / s.sum(-1, keepdims=True))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-2)
+
+
+def softmax_pool(queries, keys, values, *, key_bias=None):
+    r"""Softmax attention's output :math:`\sum_j \mathrm{softmax}_j(\langle q_i, k_j\rangle +
+    b_j)\, v_j` without forming the ``n_q x n_k`` weight matrix.
+
+    ``queries (..., n_q, d)``, ``keys (..., n_k, d)``, ``values (..., n_k, d_v)``,
+    ``key_bias (..., n_k)`` (log-masses, ℓ²'s :math:`-|Kx_j|^2`; default none), with
+    broadcastable leading dimensions. Rows are taken in blocks of a device-sized number of
+    scores, so large ``n`` stays in cache on a CPU. NumPy arrays run in NumPy (on these
+    skinny shapes its products and ``exp`` are 2-5x faster than torch's on a CPU) and come
+    back as NumPy; tensors run in torch. Unchecked: the inner loop of integrators (the
+    caller validates once). ℓ² attention is this kernel on :func:`l2_score_terms`.
+    """
+    if isinstance(queries, np.ndarray):
+        return _pool_numpy(queries, keys, values, key_bias)
+    return _pool_torch(queries, keys, values, key_bias)
 
 
 def _newton_polish(M, f, g, log_r, log_c, n_steps: int, tol: float):
@@ -441,18 +581,7 @@ def attention_weights(
         mask = causal_mask(n_q, device=s.device)
     if kind == "l2":
         q, k = _common_dtype(as_tensor(queries, "queries"), as_tensor(keys, "keys"))
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-        q, k = q.expand(*batch, *q.shape[-2:]), k.expand(*batch, *k.shape[-2:])
-        # exact distances (the matmul shortcut loses digits when |q|, |k| are large)
-        d2 = torch.cdist(
-            q.reshape(-1, *q.shape[-2:]),
-            k.reshape(-1, *k.shape[-2:]),
-            compute_mode="donot_use_mm_for_euclid_dist",
-        ).pow(2)
-        logits = -d2.reshape(s.shape)
-        if mask is not None:
-            logits = logits.masked_fill(~mask, float("-inf"))
-        return torch.softmax(logits, dim=-1)
+        return masked_softmax(_l2_scores(q, k), mask)
     return _normalize(s, kind, mask, bias, n_sinkhorn_iters, sinkhorn_tol)
 
 
@@ -467,8 +596,7 @@ def _normalize(s, kind, mask, bias, n_sinkhorn_iters, sinkhorn_tol) -> torch.Ten
         else torch.full((1, 1), float(n_k), dtype=s.dtype, device=s.device)
     )
     if kind == "softmax":
-        logits = s if mask is None else s.masked_fill(~mask, float("-inf"))
-        return torch.softmax(logits, dim=-1)
+        return masked_softmax(s, mask)
     if kind == "linear":
         w = s / n_visible
     elif kind == "sigmoid":
@@ -569,9 +697,7 @@ def self_attention(
     return out.sum(-3)
 
 
-def example_tokens(
-    n: int = 12, d: int = 2, *, seed=None, dtype=torch.float64
-) -> torch.Tensor:
+def example_tokens(n: int = 12, d: int = 2, *, seed=None, dtype=None) -> torch.Tensor:
     """A reproducible token cloud for demonstrations: two Gaussian clusters in ``R^d``.
 
     The first ``n // 2`` tokens lie around ``+e_1``, the rest around ``−e_1`` (sd 0.35), so
@@ -581,6 +707,7 @@ def example_tokens(
     """
     n = check_positive_int(n, "n", minimum=2)
     d = check_positive_int(d, "d")
+    dtype = default_dtype(dtype)
     g = as_generator(seed)
     centres = torch.zeros(n, d, dtype=dtype)
     centres[: n // 2, 0] = 1.0
@@ -623,7 +750,7 @@ def linear_expansion_gap(scores, eps) -> torch.Tensor:
     eps = check_positive(eps, "eps")
     n = S.shape[-1]
     approx = 1 / n + eps * (S - S.mean(-1, keepdim=True)) / n
-    return (torch.softmax(eps * S, dim=-1) - approx).abs().amax(dim=(-2, -1))
+    return (masked_softmax(eps * S) - approx).abs().amax(dim=(-2, -1))
 
 
 def row_entropy(weights):

@@ -24,6 +24,8 @@ __all__ = [
     "seed_everything",
     "on_colab",
     "describe",
+    "default_dtype",
+    "resolve_device",
 ]
 
 
@@ -43,6 +45,44 @@ def default_device(prefer: str | torch.device | None = None) -> torch.device:
             )
         return dev
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def resolve_device(device=None, like=None) -> torch.device:
+    """The package's one device rule: ``device`` if given, else the device of ``like`` when
+    it is a tensor, else torch's default device (the CPU unless
+    ``torch.set_default_device`` says otherwise). The package never moves work to a GPU on
+    its own: chapters pass ``device=ch.device`` (from :func:`default_device`), so a default
+    call gives the same numbers on every machine."""
+    if device is not None:
+        if isinstance(device, str) or isinstance(device, torch.device):
+            return default_device(device)  # validated: a CUDA device needs CUDA
+        raise TypeError(f"device must be a str or torch.device, got {device!r}")
+    if isinstance(like, torch.Tensor):
+        return like.device
+    return torch.get_default_device()
+
+
+_DTYPE_NAMES = {"float64": torch.float64, "float32": torch.float32}
+
+
+def default_dtype(dtype=None, like=None) -> torch.dtype:
+    """The package's one dtype rule: ``dtype`` if given (a floating ``torch.dtype`` or its
+    name), else the dtype of ``like`` when it is a floating tensor, else float64 (results
+    are compared with closed forms and derivations; float32 is asked for, never assumed)."""
+    if dtype is None:
+        if isinstance(like, torch.Tensor) and like.is_floating_point():
+            return like.dtype
+        return torch.float64
+    if isinstance(dtype, str):
+        if dtype not in _DTYPE_NAMES:
+            raise ValueError(
+                f"dtype must be one of {sorted(_DTYPE_NAMES)} or a torch dtype, "
+                f"got {dtype!r}"
+            )
+        return _DTYPE_NAMES[dtype]
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch dtype, got {dtype!r}")
+    return dtype
 
 
 def _fresh_generator(seed, device) -> torch.Generator:

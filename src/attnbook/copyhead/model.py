@@ -31,7 +31,7 @@ import torch
 
 from attnbook.attention import attention_weights, normalize_scores, resolve_kind
 from attnbook.copyhead.task import CopyStats
-from attnbook.device import as_generator
+from attnbook.device import as_generator, default_dtype
 from attnbook.validation import (
     as_tensor,
     check_positive,
@@ -125,7 +125,7 @@ def init_params(
     V = check_positive_int(vocab_size, "vocab_size", minimum=2)
     for val, name in ((g_scale, "g_scale"), (w_scale, "w_scale"), (b_scale, "b_scale")):
         check_positive(val, name, allow_zero=True)
-    dt = dtype or torch.float64
+    dt = default_dtype(dtype)
     gen = as_generator(seed)
     G = g_scale * torch.randn(n, L, L, generator=gen, dtype=dt)
     W = w_scale * torch.randn(n, V, V, generator=gen, dtype=dt)

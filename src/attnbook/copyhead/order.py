@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from attnbook.device import default_dtype
 from attnbook.validation import (
     as_tensor,
     check_finite,
@@ -47,7 +48,7 @@ def shift_matrix(
 ) -> torch.Tensor:
     """The periodic shift ``S`` with ``S[l, (l-1) % L] = 1``: row ``l`` attends to the previous token."""
     L = check_positive_int(seq_len, "seq_len", minimum=2)
-    S = torch.zeros(L, L, dtype=dtype or torch.float64, device=device)
+    S = torch.zeros(L, L, dtype=default_dtype(dtype), device=device)
     idx = torch.arange(L, device=device)
     S[idx, (idx - 1) % L] = 1.0
     return S
@@ -58,7 +59,7 @@ def pooling_matrix(
 ) -> torch.Tensor:
     """Uniform pooling ``J/L`` (every row is the uniform distribution over the L positions)."""
     L = check_positive_int(seq_len, "seq_len", minimum=2)
-    return torch.full((L, L), 1.0 / L, dtype=dtype or torch.float64, device=device)
+    return torch.full((L, L), 1.0 / L, dtype=default_dtype(dtype), device=device)
 
 
 def template_matrix(c1, cG, seq_len: int) -> torch.Tensor:

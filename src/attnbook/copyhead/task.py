@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from attnbook.device import as_generator
+from attnbook.device import as_generator, default_dtype
 from attnbook.validation import as_tensor, check_finite, check_ndim, check_positive_int
 
 __all__ = [
@@ -63,7 +63,7 @@ def copy_task(
     batch_shape = tuple(check_positive_int(b, "batch_shape") for b in batch_shape)
     gen = as_generator(seed)
     tokens = torch.randint(V, (*batch_shape, P, L), generator=gen)
-    X = torch.nn.functional.one_hot(tokens, V).to(dtype or torch.float64)
+    X = torch.nn.functional.one_hot(tokens, V).to(default_dtype(dtype))
     if device is not None:
         X = X.to(device)
     Y = torch.roll(X, shifts=1, dims=-2)  # Y[l] = X[l-1], periodic
@@ -169,9 +169,7 @@ def expected_statistics(
     """
     L = check_positive_int(seq_len, "seq_len", minimum=2)
     V = check_positive_int(vocab_size, "vocab_size", minimum=2)
-    P = as_tensor(
-        n_sequences, "n_sequences", dtype=dtype or torch.float64, device=device
-    )
+    P = as_tensor(n_sequences, "n_sequences", dtype=default_dtype(dtype), device=device)
     if bool((P <= 0).any()):
         raise ValueError("n_sequences must be positive")
     dt, dev = P.dtype, P.device

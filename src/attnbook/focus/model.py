@@ -21,7 +21,6 @@ without autograd). Runs on the GPU when one is present.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,10 +28,11 @@ import numpy as np
 import torch
 
 from .. import attention
-from ..device import as_generator, default_device
+from ..device import as_generator, default_dtype, resolve_device
 from ..errors import TrainingDiverged
 from ..markov import as_stochastic_matrix, stationary
 from ..results import load_fields, save_fields
+from ..train import descend
 from ..validation import check_choice, check_positive, check_positive_int
 from .population import Params, check_params, init_params
 
@@ -101,8 +101,7 @@ def finite_forward(params: Params, context, *, masked_keys=None):
         if mk.dtype != torch.bool or mk.shape != (d,):
             raise ValueError(f"masked_keys must be a boolean vector of shape ({d},)")
         sc = attention.scores(queries, emb)[:, :, 0]  # e_s^T W_Q W_K^T e_j
-        attn = torch.softmax(sc.masked_fill(mk[x], float("-inf")), dim=-1)
-        attn = torch.nan_to_num(attn, nan=0.0)  # all keys masked -> no output
+        attn = attention.masked_softmax(sc, ~mk[x])  # all keys masked -> no output
     h = torch.einsum("ebs,ebsm->ebm", attn, emb)
     logits = torch.einsum("ebm,emd->ebd", h, p.W1)
     if single:
@@ -139,15 +138,10 @@ def _losses_from_counts(W0, W1, WQ, WK, counts, q, y, masked_keys=None):
     Phi = W0 @ WQ @ WK.transpose(-1, -2) @ W0.transpose(-1, -2)  # (E, d, d)
     # (E, B, d): row q of Phi, the scores of the query against every type
     phi_q = Phi.gather(1, q[..., None].expand(*q.shape, Phi.shape[-1]))
-    # shift by the largest score among the keys present (as a softmax over positions does)
-    # (a constant: computed off the autograd graph)
-    shift = (
-        phi_q.detach().masked_fill(counts == 0, float("-inf")).amax(-1, keepdim=True)
-    )
-    shift = torch.nan_to_num_(shift, neginf=0.0)  # no key at all: no output
-    w = counts * torch.exp(phi_q - shift)
-    z = w.sum(-1, keepdim=True)
-    w = w / torch.where(z > 0, z, 1.0)  # all keys masked -> no output
+    # softmax over the key types weighted by their counts; no key at all: no output
+    present = counts > 0
+    log_n = torch.where(present, counts, 1.0).log()
+    w = attention.masked_softmax(phi_q + log_n, present)
     logits = w @ M  # (E, B, d)
     lse = torch.logsumexp(logits, -1)
     return (lse - logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)).mean(-1)
@@ -176,11 +170,9 @@ def _loss_and_grads(W0, W1, WQ, WK, log_counts, q, y, masked_keys=None):
     M = W0 @ W1
     qx = q[:, None, :].expand(E, d, B)
     s = PhiT.gather(2, qx)  # (E, d, B): the query's scores against every type
-    if masked_keys is not None:
-        log_counts = log_counts.masked_fill(masked_keys[:, None], float("-inf"))
-    a = torch.softmax(s.add_(log_counts), 1)  # the attention mass of each key type
-    if masked_keys is not None:
-        a = a.nan_to_num_(0.0)  # all keys masked -> no output
+    # the attention mass of each key type; all keys masked -> no output
+    visible = None if masked_keys is None else ~masked_keys[:, None]
+    a = attention.masked_softmax(s.add_(log_counts), visible, dim=1)
     f = M.transpose(1, 2) @ a  # logits (E, d, B)
     logp = torch.log_softmax(f, 1)
     yi = y[:, None, :]
@@ -237,6 +229,8 @@ class OneLayerTransformer(torch.nn.Module):
     Initialised :math:`\mathcal N(0,\varepsilon^2)` from ``seed`` (int, ``torch.Generator`` or
     ``None`` = torch's global generator); ``forward(context)`` returns
     logits ``(n_models, B, d)``. ``params()`` gives detached copies as :class:`Params`.
+    ``dtype``: float64 unless asked (``torch.float32`` halves the cost on a GPU);
+    ``device``: :func:`attnbook.device.default_device`.
     """
 
     def __init__(
@@ -247,12 +241,13 @@ class OneLayerTransformer(torch.nn.Module):
         n_models: int = 1,
         eps: float = 1e-3,
         seed: int | torch.Generator | None = None,
-        dtype=torch.float32,
+        dtype=None,
         device=None,
         masked_keys=None,
     ):
         super().__init__()
-        dev = default_device(device)
+        dev = resolve_device(device)
+        dtype = default_dtype(dtype)
         p = init_params(
             d,
             m,
@@ -314,7 +309,7 @@ class _Windows:
         self.batch = check_positive_int(batch, "batch")
         self.context = check_positive_int(context, "context")
         self.n_models = check_positive_int(n_models, "n_models")
-        self.device = default_device(device)
+        self.device = resolve_device(device)
         self._prepare(source)
         self.gen = as_generator(seed, self.device)
 
@@ -514,12 +509,12 @@ class MarkovWindows(_Windows):
         w = torch.cat([first[:, None], toks], dim=1)
         return w.reshape(self.n_models, self.batch, self.context + 1)
 
-    def sample_counts(self, step: int, dtype=torch.float64):
+    def sample_counts(self, step: int, dtype=None):
         """A fresh batch as ``(counts, query, target)``: for each window, the count of each
         token type among its ``context`` keys ``(n_models, batch, d)``, its query (last
         context token) and its target, without building the windows. Same law (and the same
-        draws) as ``self(step)``; :func:`train` uses it."""
-        counts, query, target = self._counts_by_type(dtype)
+        draws) as ``self(step)``; :func:`train` uses it. ``dtype``: float64 unless asked."""
+        counts, query, target = self._counts_by_type(default_dtype(dtype))
         return counts.transpose(1, 2), query, target
 
     def _log_table(self, dtype):
@@ -557,6 +552,14 @@ class MarkovWindows(_Windows):
             torch.from_numpy(target).reshape(E, B),
         )
 
+    def _query_tokens(self, first, codes):
+        """The last context token of every window (the query), from the block codes."""
+        if self.block == 1 and len(codes) > 1:
+            return self._last.take(codes[-2])
+        if self.block == 1:
+            return first
+        return self._prev.take(codes[-1])
+
     def _counts_by_type(self, dtype, *, log=False):
         """:meth:`sample_counts` with the token axis in the middle: counts ``(E, d, B)``, or
         with ``log`` their logarithms (``-inf`` for an absent type, as float64's log rounded
@@ -589,12 +592,7 @@ class MarkovWindows(_Windows):
                 counts = counts + block.index_select(0, inner).view(
                     -1, *counts.shape
                 ).sum(0)
-        if self.block == 1 and len(codes) > 1:
-            query = self._last.take(codes[-2])
-        elif self.block == 1:
-            query = first
-        else:
-            query = self._prev.take(codes[-1])
+        query = self._query_tokens(first, codes)
         target = self._last.take(codes[-1])
         shape = (self.n_models, self.batch)
         if self._packed is None:
@@ -676,10 +674,13 @@ def train(
     r"""Train every model of the ensemble at once on batches from ``sampler(step)``.
 
     ``optimizer`` is ``"sgd"`` (plain, the Euler scheme of the gradient flow, flow time
-    :math:`t = \eta k`) or ``"adam"``. The sum of the per-model losses is minimised, so each
+    :math:`t = \eta k`) or ``"adam"``: the package's one training loop,
+    :func:`attnbook.train.descend`. The sum of the per-model losses is minimised, so each
     model gets exactly its own gradient, computed in closed form from the windows' key counts
-    (no autograd graph; equal to autograd's to round-off). Weights are recorded every ``record_every`` steps (or
-    at ``record_steps``). Raises :class:`TrainingDiverged` on a non-finite loss.
+    (no autograd graph; equal to autograd's to round-off). Weights are recorded every
+    ``record_every`` steps (or at ``record_steps``), with the mean batch loss since the
+    previous record. Raises :class:`TrainingDiverged` on a non-finite loss (checked at the
+    recorded steps only: the one host synchronisation of a GPU run).
     """
     if not isinstance(model, OneLayerTransformer):
         raise TypeError("model must be a OneLayerTransformer")
@@ -688,85 +689,76 @@ def train(
     optimizer = check_choice(optimizer, "optimizer", ("sgd", "adam"))
     if record_steps is None:
         record_every = check_positive_int(record_every, "record_every")
-        record = set(range(0, steps + 1, record_every)) | {steps}
-    else:
-        record = {int(s) for s in np.asarray(record_steps).ravel()}
-        if min(record) < 0 or max(record) > steps:
-            raise ValueError(f"record_steps must lie in [0, {steps}]")
-    params = [model.W0, model.W1, model.WQ, model.WK]
-    opt = torch.optim.Adam(params, lr=lr, foreach=True) if optimizer == "adam" else None
+        record_steps = sorted(set(range(0, steps + 1, record_every)) | {steps})
+    batches = _key_counts(model, sampler)
     mk = model.masked_keys
-    rec_step, rec_loss, rec_w = [], [], []
-    running = torch.zeros(model.n_models, dtype=torch.float64, device=model.W0.device)
-    n_run = 0
-    it = range(steps + 1)
-    if progress:
-        from tqdm.auto import tqdm
 
-        it = tqdm(it, desc=f"training {model.n_models} model(s)", leave=False)
-    t0 = time.perf_counter()
-    by_counts = (
-        isinstance(sampler, MarkovWindows) and sampler.n_models == model.n_models
-    )
-    if isinstance(sampler, MarkovWindows) and sampler.P.shape[-1] != model.d:
-        raise ValueError(
-            f"the sampler's chain has {sampler.P.shape[-1]} tokens, model d = {model.d}"
+    def loss_and_grads(k, weights):
+        # the loss and its exact gradient in one pass (no autograd graph: _loss_and_grads)
+        return _loss_and_grads(*weights, *batches(k), mk)
+
+    def diverged(k, bad, run):
+        return TrainingDiverged(
+            f"training loss became non-finite by step {k} (lr = {lr})",
+            time=k,
+            partial=[[x.cpu().double().numpy() for x in r] for r in run.params],
+            times=run.steps,
         )
-    weights = [x.detach() for x in params]
-    for k in it:
-        if by_counts:  # Markov windows straight to key counts: no window is built
-            log_counts, q, y = sampler._counts_by_type(model.W0.dtype, log=True)
-        else:
-            batch = sampler(k)
-            if k == 0:  # validate the sampler's output once; later steps trust it
-                batch = _tokens(batch, "sampler output", model.d).to(model.W0.device)
-            if batch.dim() == 2:
-                batch = batch.unsqueeze(0).expand(model.n_models, *batch.shape)
-            ctx = batch[..., :-1]
-            counts = torch.zeros(*ctx.shape[:-1], model.d, dtype=model.W0.dtype)
-            counts = counts.to(model.W0.device).scatter_add_(
-                -1, ctx, torch.ones_like(ctx, dtype=counts.dtype)
-            )
-            log_counts = counts.transpose(1, 2).log()
-            q, y = ctx[..., -1], batch[..., -1]
-        # the loss and its exact gradient in one pass (no autograd graph: see _loss_and_grads)
-        losses, grads = _loss_and_grads(*weights, log_counts, q, y, mk)
-        running += losses
-        n_run += 1
-        if k in record:
-            # the only host sync: a divergence check at each recorded step
-            if not bool(torch.isfinite(running).all()):
-                raise TrainingDiverged(
-                    f"training loss became non-finite by step {k} (lr = {lr})",
-                    time=k,
-                    partial=[[x.cpu().double().numpy() for x in r] for r in rec_w],
-                    times=np.array(rec_step),
-                )
-            rec_step.append(k)
-            rec_loss.append(running / n_run)
-            rec_w.append([x.detach().clone() for x in params])
-            running = torch.zeros_like(running)
-            n_run = 0
-        if k < steps:
-            if opt is None:  # plain SGD: one fused update, no optimizer bookkeeping
-                torch._foreach_add_(weights, grads, alpha=-lr)
-            else:
-                for x, g in zip(params, grads):
-                    x.grad = g
-                opt.step()
-    wall = time.perf_counter() - t0
-    W = [torch.stack([r[i] for r in rec_w]).cpu().double().numpy() for i in range(4)]
+
+    run = descend(
+        loss_and_grads,
+        [x.detach() for x in (model.W0, model.W1, model.WQ, model.WK)],
+        n_steps=steps,
+        optimizer=optimizer,
+        lr=lr,
+        record_steps=record_steps,
+        average=True,
+        check="recorded",
+        diverged=diverged,
+        keep_params=True,
+        progress=progress,
+        desc=f"training {model.n_models} model(s)",
+    )
+    W = [
+        torch.stack([r[i] for r in run.params]).cpu().double().numpy() for i in range(4)
+    ]
     info = {"optimizer": optimizer, "device": str(model.W0.device)}
     if model.masked_keys is not None:
         info["masked_keys"] = model.masked_keys.cpu().numpy()
     return TrainResult(
-        step=np.array(rec_step),
-        loss=torch.stack(rec_loss).cpu().double().numpy(),
+        step=run.steps,
+        loss=run.loss.cpu().double().numpy(),
         W0=W[0],
         W1=W[1],
         WQ=W[2],
         WK=W[3],
         lr=lr,
-        wall_s=wall,
+        wall_s=run.wall_s,
         info=info,
     )
+
+
+def _key_counts(model: OneLayerTransformer, sampler):
+    """``k -> (log key counts (E, d, B), queries, targets)`` of the sampler's step-``k``
+    batch: Markov windows straight to counts (no window is built), else windows counted."""
+    if isinstance(sampler, MarkovWindows) and sampler.P.shape[-1] != model.d:
+        raise ValueError(
+            f"the sampler's chain has {sampler.P.shape[-1]} tokens, model d = {model.d}"
+        )
+    if isinstance(sampler, MarkovWindows) and sampler.n_models == model.n_models:
+        return lambda k: sampler._counts_by_type(model.W0.dtype, log=True)
+
+    def from_windows(k):
+        batch = sampler(k)
+        if k == 0:  # validate the sampler's output once; later steps trust it
+            batch = _tokens(batch, "sampler output", model.d).to(model.W0.device)
+        if batch.dim() == 2:
+            batch = batch.unsqueeze(0).expand(model.n_models, *batch.shape)
+        ctx = batch[..., :-1]
+        counts = torch.zeros(*ctx.shape[:-1], model.d, dtype=model.W0.dtype)
+        counts = counts.to(model.W0.device).scatter_add_(
+            -1, ctx, torch.ones_like(ctx, dtype=counts.dtype)
+        )
+        return counts.transpose(1, 2).log(), ctx[..., -1], batch[..., -1]
+
+    return from_windows

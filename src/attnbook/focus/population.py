@@ -47,11 +47,13 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..device import as_generator
+from ..attention import masked_softmax
+from ..device import as_generator, default_dtype, resolve_device
 from ..errors import FlowDiverged
 from ..flows import odeint
 from ..markov import as_stochastic_matrix, stationary
 from ..results import load_fields, save_fields
+from ..train import descend
 from ..validation import (
     as_tensor,
     check_choice,
@@ -118,7 +120,7 @@ def init_params(
     eps: float = 1e-3,
     n_models: int | None = None,
     seed: int | torch.Generator | None = None,
-    dtype=torch.float64,
+    dtype=None,
     device=None,
 ) -> Params:
     r"""Small Gaussian initialisation :math:`\mathcal N(0, \varepsilon^2)` of all four matrices.
@@ -129,13 +131,17 @@ def init_params(
     d = check_positive_int(d, "d", minimum=2)
     m = check_positive_int(m, "m")
     eps = check_positive(eps, "eps")
-    dev = torch.device(device) if device is not None else torch.device("cpu")
-    gen = as_generator(seed, dev)
+    dev, dtype = resolve_device(device), default_dtype(dtype)
+    # without a device the draws are made on the CPU, then moved: a seed gives the same
+    # weights on every machine, GPU or not
+    draw = dev if device is not None else torch.device("cpu")
+    gen = as_generator(seed, draw)
     lead = () if n_models is None else (check_positive_int(n_models, "n_models"),)
     shapes = [(d, m), (m, d), (m, m), (m, m)]
     return Params(
         *(
-            eps * torch.randn(*lead, *s, generator=gen, dtype=dtype, device=dev)
+            eps
+            * torch.randn(*lead, *s, generator=gen, dtype=dtype, device=draw).to(dev)
             for s in shapes
         )
     )
@@ -176,16 +182,14 @@ def attention_mixture(Phi, pi, masked_keys=None) -> torch.Tensor:
     Phi = as_tensor(Phi, "Phi")
     pi = as_tensor(pi, "pi", dtype=Phi.dtype, device=Phi.device)
     mk = _check_masked(masked_keys, Phi.shape[-1], Phi.device)
-    return torch.softmax(_log_key_weights(pi, mk)[..., None, :] + Phi, dim=-1)
+    return masked_softmax(_log_key_weights(pi, mk)[..., None, :] + Phi)
 
 
 def _forward(p: Params, P: torch.Tensor, pi: torch.Tensor, mk=None):
     WQK = p.WQ @ p.WK.transpose(-1, -2)
     M = p.W0 @ p.W1
     Phi = p.W0 @ WQK @ p.W0.transpose(-1, -2)
-    w = torch.softmax(
-        _log_key_weights(pi, mk)[..., None, :] + Phi, dim=-1
-    )  # row q is w_q
+    w = masked_softmax(_log_key_weights(pi, mk)[..., None, :] + Phi)  # row q is w_q
     z = w @ M  # row q is (M^T w_q)^T
     lse = torch.logsumexp(z, dim=-1)
     loss = (pi * (lse - (P * z).sum(-1))).sum(-1)
@@ -211,7 +215,7 @@ def population_loss(W0, W1, WQ, WK, P, *, masked_keys=None) -> torch.Tensor:
 
 def _gradient(p: Params, P, pi, mk=None):
     loss, M, Phi, WQK, w, z = _forward(p, P, pi, mk)
-    r = torch.softmax(z, dim=-1) - P  # r_q = softmax(M^T w_q) - P_q
+    r = masked_softmax(z) - P  # r_q = softmax(M^T w_q) - P_q
     dM = w.transpose(-1, -2) @ (pi[..., :, None] * r)  # sum_q pi_q w_q r_q^T
     v = r @ M.transpose(-1, -2)  # v[q, k] = (M r_q)_k
     G = pi[..., :, None] * w * (v - (w * v).sum(-1, keepdim=True))
@@ -387,6 +391,88 @@ def _as_start(params, dtype=torch.float64) -> Params:
     raise TypeError("params must be a Params tuple (W0, W1, WQ, WK)")
 
 
+def _broadcast_chains(p: Params, P, pi):
+    """One chain per model: parameters and chains broadcast to a common batch."""
+    d = P.shape[-1]
+    try:
+        lead = torch.broadcast_shapes(p.W0.shape[:-2], P.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the batch shape of P {tuple(P.shape[:-2])} does not broadcast with "
+            f"that of the parameters {tuple(p.W0.shape[:-2])}"
+        ) from None
+    p = Params(*(x.expand(*lead, *x.shape[-2:]).clone() for x in p))
+    return p, P.expand(*lead, d, d), pi.expand(*lead, d)
+
+
+def _flow_times(t_eval, n_eval, t_end) -> np.ndarray:
+    """The recorded times: ``t_eval`` checked, or 0 then ``n_eval - 1`` log-spaced ones."""
+    if t_eval is None:
+        n_eval = check_positive_int(n_eval, "n_eval", minimum=2)
+        t_eval = np.concatenate([[0.0], np.logspace(-2, np.log10(t_end), n_eval - 1)])
+        t_eval[-1] = t_end
+    t_eval = np.asarray(t_eval, dtype=float)
+    if (
+        t_eval.ndim != 1
+        or np.any(np.diff(t_eval) < 0)
+        or t_eval[0] < 0
+        or t_eval[-1] > t_end * (1 + 1e-12)
+    ):
+        raise ValueError("t_eval must be an increasing 1-D array within [0, t_end]")
+    return np.minimum(t_eval, float(t_end))  # forgive round-off at the end point
+
+
+def _flow_rhs_and_jac(P, pi, mk, nb: int, d: int, m: int, n_fev: list):
+    """The flow's NumPy right-hand side :math:`-\nabla L` on the packed state of ``nb``
+    models, and its exact Jacobian :math:`-\nabla^2 L` (block diagonal, sparse, for a
+    batch); ``n_fev[0]`` counts the evaluations."""
+    import scipy.sparse
+
+    batched_P = P.dim() > 2
+    Pb = P.reshape(-1, d, d) if batched_P else P
+    pib = pi.reshape(-1, d) if batched_P else pi
+    P_np, log_keys = Pb.numpy(), _log_key_weights(pib, mk).numpy()
+    pi_np = pib.numpy()
+    cuts = np.cumsum([d * m, m * d, m * m])
+    n = d * m + m * d + 2 * m * m
+
+    def rhs(t, y):
+        n_fev[0] += 1
+        a, b, c, e = np.split(y.reshape(nb, n), cuts, axis=-1)
+        g = _gradient_np(
+            a.reshape(nb, d, m),
+            b.reshape(nb, m, d),
+            c.reshape(nb, m, m),
+            e.reshape(nb, m, m),
+            P_np,
+            pi_np,
+            log_keys,
+        )
+        return -np.concatenate([x.reshape(nb, -1) for x in g], axis=-1).reshape(-1)
+
+    def jac(t, y):
+        th = torch.from_numpy(y).reshape(nb, n)
+        H = population_hessian(*unpack(th, d, m), Pb, masked_keys=mk).numpy()
+        if nb == 1:
+            return -H[0]
+        return scipy.sparse.block_diag([-h for h in H], format="csc")
+
+    return rhs, jac
+
+
+def _advancing(rhs, bar):
+    """``rhs`` that advances the progress ``bar`` to the largest time it is called at."""
+    last = [0.0]
+
+    def wrapped(t, y):
+        if t > last[0]:
+            bar.update(t - last[0])
+            last[0] = t
+        return rhs(t, y)
+
+    return wrapped
+
+
 def population_flow(
     params,
     P,
@@ -415,8 +501,6 @@ def population_flow(
     times. Raises :class:`attnbook.errors.BlowUpError` (a :class:`FlowDiverged`), as every
     flow of the package does, if the state stops being finite or exceeds ``max_norm``.
     """
-    import scipy.sparse
-
     p = _as_start(params)
     t_end = check_positive(t_end, "t_end")
     if not isinstance(method, str):
@@ -428,78 +512,22 @@ def population_flow(
     if P.shape[-1] != d:
         raise ValueError(f"P must be {d}x{d} (d from W0), got {tuple(P.shape)}")
     if P.dim() > 2:
-        # one chain per model: broadcast parameters and chains to a common batch
-        try:
-            lead = torch.broadcast_shapes(p.W0.shape[:-2], P.shape[:-2])
-        except RuntimeError:
-            raise ValueError(
-                f"the batch shape of P {tuple(P.shape[:-2])} does not broadcast with "
-                f"that of the parameters {tuple(p.W0.shape[:-2])}"
-            ) from None
-        p = Params(*(x.expand(*lead, *x.shape[-2:]).clone() for x in p))
-        P = P.expand(*lead, d, d)
-        pi = pi.expand(*lead, d)
+        p, P, pi = _broadcast_chains(p, P, pi)
     lead = p.W0.shape[:-2]
     theta0 = pack(p)
     n = theta0.shape[-1]
     nb = int(np.prod(lead)) if len(lead) else 1
-    if t_eval is None:
-        n_eval = check_positive_int(n_eval, "n_eval", minimum=2)
-        t_eval = np.concatenate([[0.0], np.logspace(-2, np.log10(t_end), n_eval - 1)])
-        t_eval[-1] = t_end
-    t_eval = np.asarray(t_eval, dtype=float)
-    if (
-        t_eval.ndim != 1
-        or np.any(np.diff(t_eval) < 0)
-        or t_eval[0] < 0
-        or t_eval[-1] > t_end * (1 + 1e-12)
-    ):
-        raise ValueError("t_eval must be an increasing 1-D array within [0, t_end]")
-    t_eval = np.minimum(t_eval, float(t_end))  # forgive round-off at the end point
+    t_eval = _flow_times(t_eval, n_eval, t_end)
     n_fev = [0]
 
     mk = _check_masked(masked_keys, d)
-    batched_P = P.dim() > 2
-    Pb = P.reshape(-1, d, d) if batched_P else P
-    pib = pi.reshape(-1, d) if batched_P else pi
-    P_np, log_keys = Pb.numpy(), _log_key_weights(pib, mk).numpy()
-    pi_np = pib.numpy()
-    cuts = np.cumsum([d * m, m * d, m * m])
-
-    def rhs(t, y):
-        n_fev[0] += 1
-        a, b, c, e = np.split(y.reshape(nb, n), cuts, axis=-1)
-        g = _gradient_np(
-            a.reshape(nb, d, m),
-            b.reshape(nb, m, d),
-            c.reshape(nb, m, m),
-            e.reshape(nb, m, m),
-            P_np,
-            pi_np,
-            log_keys,
-        )
-        return -np.concatenate([x.reshape(nb, -1) for x in g], axis=-1).reshape(-1)
-
-    def jac(t, y):
-        th = torch.from_numpy(y).reshape(nb, n)
-        H = population_hessian(*unpack(th, d, m), Pb, masked_keys=mk).numpy()
-        if nb == 1:
-            return -H[0]
-        return scipy.sparse.block_diag([-h for h in H], format="csc")
-
+    rhs, jac = _flow_rhs_and_jac(P, pi, mk, nb, d, m, n_fev)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=float(t_end), desc="population flow", unit="t")
-        last = [0.0]
-        inner = rhs
-
-        def rhs(t, y):  # noqa: F811 - wraps the RHS to advance the bar
-            if t > last[0]:
-                bar.update(t - last[0])
-                last[0] = t
-            return inner(t, y)
+        rhs = _advancing(rhs, bar)
 
     # the integration runs on [0, t_end]: the grid holds both ends whatever t_eval is
     grid = np.unique(np.concatenate([[0.0], t_eval, [float(t_end)]]))
@@ -575,50 +603,48 @@ def gradient_descent(
     n_steps = check_positive_int(n_steps, "n_steps")
     record_every = check_positive_int(record_every, "record_every")
     P, pi = _chain(P, p.W0.dtype, p.W0.device)
-    p = Params(*(x.detach().clone() for x in p))
     mk = _check_masked(masked_keys, P.shape[-1], P.device)
-    rec_t, rec_p, rec_l = [], [], []
-    it = range(n_steps + 1)
-    if progress:
-        from tqdm.auto import tqdm
+    lead = p.W0.shape[:-2]
+    # the package's one training loop wants the models on dim 0: flatten the batch
+    flat = [x.detach().reshape(-1, *x.shape[-2:]).clone() for x in p]
+    one_axis = len(lead) == 1  # already (n_models, ...): no reshapes in the loop
 
-        it = tqdm(it, desc="gradient descent")
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        for k in it:
-            loss, g, _, _ = _gradient(p, P, pi, mk)
-            if (
-                not bool(torch.isfinite(loss).all())
-                or max(float(x.abs().max()) for x in p) > max_norm
-            ):
-                raise FlowDiverged(
-                    f"gradient descent diverged at step {k}: non-finite loss or "
-                    f"parameters above max_norm = {max_norm:g} (lr = {lr} too large?)",
-                    time=k * lr,
-                    partial=rec_p,
-                    times=np.array(rec_t),
-                )
-            if k % record_every == 0 or k == n_steps:
-                rec_t.append(k * lr)
-                rec_p.append([x.clone() for x in p])
-                rec_l.append(loss.clone())
-            if k < n_steps and optimizer == "gd":
-                p = Params(*(x - lr * gx for x, gx in zip(p, g)))
-            elif k < n_steps:
-                if k == 0:
-                    mom = [torch.zeros_like(x) for x in p]
-                    var = [torch.zeros_like(x) for x in p]
-                b1, b2 = 0.9, 0.999
-                mom = [b1 * a + (1 - b1) * gx for a, gx in zip(mom, g)]
-                var = [b2 * v + (1 - b2) * gx * gx for v, gx in zip(var, g)]
-                c1, c2 = 1 - b1 ** (k + 1), 1 - b2 ** (k + 1)
-                p = Params(
-                    *(
-                        x - lr * (a / c1) / ((v / c2).sqrt() + 1e-8)
-                        for x, a, v in zip(p, mom, var)
-                    )
-                )
-    wall = time.perf_counter() - t0
+    def loss_and_grads(k, xs):
+        q = Params(*(xs if one_axis else (x.reshape(*lead, *x.shape[-2:]) for x in xs)))
+        with torch.no_grad():
+            loss, g, _, _ = _gradient(q, P, pi, mk)
+        if one_axis:
+            return loss, list(g)
+        return loss.reshape(-1), [x.reshape(-1, *x.shape[-2:]) for x in g]
+
+    def diverged(k, bad, run):
+        return FlowDiverged(
+            f"gradient descent diverged at step {k}: non-finite loss or "
+            f"parameters above max_norm = {max_norm:g} (lr = {lr} too large?)",
+            time=k * lr,
+            partial=[[x.reshape(*lead, *x.shape[-2:]) for x in r] for r in run.params],
+            times=run.steps * lr,
+        )
+
+    record = sorted(set(range(0, n_steps + 1, record_every)) | {n_steps})
+    run = descend(
+        loss_and_grads,
+        flat,
+        n_steps=n_steps,
+        optimizer="sgd" if optimizer == "gd" else "adam",
+        lr=lr,
+        record_steps=record,
+        check_grads=False,  # the exact gradient is finite where loss and weights are
+        max_abs=max_norm,
+        diverged=diverged,
+        keep_params=True,
+        progress=progress,
+        desc="gradient descent",
+    )
+    rec_p = [[x.reshape(*lead, *x.shape[-2:]) for x in r] for r in run.params]
+    rec_t = list(run.steps * lr)
+    rec_l = [x.reshape(lead) for x in run.loss]
+    wall = run.wall_s
     stack = [torch.stack([r[i] for r in rec_p]).cpu().numpy() for i in range(4)]
     return FlowResult(
         t=np.array(rec_t),

@@ -43,6 +43,8 @@ from .particles import (
     check_cloud,
     interaction_energy,
     particle_masses,
+    prepare_inputs,
+    velocity_field,
 )
 from .symbolic import sinkhorn_cross_covariance
 
@@ -230,11 +232,14 @@ def energy_balance(
     Vt = _square(V, "V", X0.shape[-1])
     Minv = torch.linalg.inv(torch.as_tensor(s * S))
     n, d = X0.shape[-2:]
+    # the softmax velocity of pde.velocity (uniform masses), unchecked inside the integrator
+    field = velocity_field(
+        prepare_inputs(X0, kind="softmax", A=At, V=Vt), False, None, 2000
+    )
 
     def rhs(_t, state):
         X = state[..., :-1].reshape(*state.shape[:-1], n, d)
-        P = torch.softmax((X @ At.T) @ X.mT, dim=-1)  # softmax velocity, uniform masses
-        v = P @ X @ Vt.T
+        v = field(X)
         Z = torch.exp((X @ At.T) @ X.mT) @ w
         q = s * (w * Z * ((v @ Minv) * v).sum(-1)).sum(-1)
         return torch.cat([v.reshape(*state.shape[:-1], n * d), q[..., None]], dim=-1)

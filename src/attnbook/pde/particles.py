@@ -46,8 +46,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..attention import resolve_kind, sinkhorn
-from ..device import as_generator, default_device
+from ..attention import (
+    l2_score_terms,
+    masked_softmax,
+    resolve_kind,
+    sinkhorn,
+    softmax_pool,
+)
+from ..device import as_generator, default_dtype, resolve_device
 from ..errors import BlowUpError
 from ..flows import check_times, odeint
 from ..linalg import check_psd, psd_sqrt
@@ -121,8 +127,8 @@ def resolve_params(
     Q=None,
     K=None,
     heads=None,
-    dtype=torch.float64,
-    device="cpu",
+    dtype=None,
+    device=None,
 ) -> AttentionParams:
     """Check ``A, V, Q, K, heads`` against the token dimension ``d`` and stack them per head.
 
@@ -130,6 +136,7 @@ def resolve_params(
     a head count that does not divide the rows of ``Q``/``K`` or disagrees with the stacks.
     """
     kind = _kind(kind)
+    dtype, device = default_dtype(dtype), resolve_device(device)
     if heads is not None:
         heads = check_positive_int(heads, "heads")
     if A is not None and (Q is not None or K is not None):
@@ -138,82 +145,92 @@ def resolve_params(
         raise ValueError("Q and K must be given together")
     base = "softmax" if kind == "multihead" else kind
     if A is not None:
-        A = _matrix(A, "A", dtype, device)
-        if A.dim() == 2:
-            A = A[None]
-        if A.dim() != 3 or A.shape[-1] != A.shape[-2]:
-            raise ValueError(
-                f"A must be a square matrix (d, d) or a stack (heads, d, d), got shape "
-                f"{tuple(A.shape)}"
-            )
-        if A.shape[-1] != d:
-            raise ValueError(
-                f"A must be {d}x{d} to match x's dimension d = {d}, got shape {tuple(A.shape)}"
-            )
-        if heads is not None and A.shape[0] != heads:
-            raise ValueError(
-                f"heads = {heads} disagrees with A's stack of {A.shape[0]} matrices"
-            )
-        G = (
-            torch.eye(d, dtype=dtype, device=device).expand_as(A).clone()
-            if base == "l2"
-            else None
-        )
+        A, G = _score_maps_from_A(A, d, heads, base == "l2", dtype, device)
     elif Q is not None:
-        Q = _matrix(Q, "Q", dtype, device)
-        K = _matrix(K, "K", dtype, device)
-        if Q.shape != K.shape:
-            raise ValueError(
-                f"Q and K must have the same shape, got {tuple(Q.shape)} and {tuple(K.shape)}"
-            )
-        if Q.dim() not in (2, 3) or Q.shape[-1] != d:
-            raise ValueError(
-                f"Q and K must have shape (k, {d}) or (heads, k, {d}) to match x's "
-                f"dimension d = {d}, got {tuple(Q.shape)}"
-            )
-        if Q.dim() == 2:
-            h = heads or 1
-            if Q.shape[0] % h:
-                raise ValueError(
-                    f"heads = {h} must divide the number of rows of Q and K ({Q.shape[0]})"
-                )
-            Q = Q.reshape(h, Q.shape[0] // h, d)
-            K = K.reshape(h, K.shape[0] // h, d)
-        elif heads is not None and Q.shape[0] != heads:
-            raise ValueError(
-                f"heads = {heads} disagrees with the {Q.shape[0]} heads stacked in Q and K"
-            )
-        KtQ = K.mT @ Q
-        if base == "l2":
-            A, G = KtQ, K.mT @ K
-        else:
-            A, G = KtQ / math.sqrt(Q.shape[-2]), None
+        A, G = _score_maps_from_QK(Q, K, d, heads, base == "l2", dtype, device)
     else:
         h = heads or 1
         A = torch.eye(d, dtype=dtype, device=device).expand(h, d, d).clone()
         G = A.clone() if base == "l2" else None
-    H = A.shape[0]
+    return AttentionParams(
+        kind=base, A=A, V=_value_maps(V, d, A.shape[0], dtype, device), G=G
+    )
+
+
+def _score_maps_from_A(A, d, heads, l2, dtype, device):
+    """``(A, G)`` stacked per head from a given ``A`` (ℓ²: ``K = I``, so ``G = I``)."""
+    A = _matrix(A, "A", dtype, device)
+    if A.dim() == 2:
+        A = A[None]
+    if A.dim() != 3 or A.shape[-1] != A.shape[-2]:
+        raise ValueError(
+            f"A must be a square matrix (d, d) or a stack (heads, d, d), got shape "
+            f"{tuple(A.shape)}"
+        )
+    if A.shape[-1] != d:
+        raise ValueError(
+            f"A must be {d}x{d} to match x's dimension d = {d}, got shape {tuple(A.shape)}"
+        )
+    if heads is not None and A.shape[0] != heads:
+        raise ValueError(
+            f"heads = {heads} disagrees with A's stack of {A.shape[0]} matrices"
+        )
+    G = torch.eye(d, dtype=dtype, device=device).expand_as(A).clone() if l2 else None
+    return A, G
+
+
+def _score_maps_from_QK(Q, K, d, heads, l2, dtype, device):
+    """``(A, G)`` per head from ``Q, K``: ``A = K^T Q`` (scaled by 1/√k except for ℓ²)."""
+    Q = _matrix(Q, "Q", dtype, device)
+    K = _matrix(K, "K", dtype, device)
+    if Q.shape != K.shape:
+        raise ValueError(
+            f"Q and K must have the same shape, got {tuple(Q.shape)} and {tuple(K.shape)}"
+        )
+    if Q.dim() not in (2, 3) or Q.shape[-1] != d:
+        raise ValueError(
+            f"Q and K must have shape (k, {d}) or (heads, k, {d}) to match x's "
+            f"dimension d = {d}, got {tuple(Q.shape)}"
+        )
+    if Q.dim() == 2:
+        h = heads or 1
+        if Q.shape[0] % h:
+            raise ValueError(
+                f"heads = {h} must divide the number of rows of Q and K ({Q.shape[0]})"
+            )
+        Q = Q.reshape(h, Q.shape[0] // h, d)
+        K = K.reshape(h, K.shape[0] // h, d)
+    elif heads is not None and Q.shape[0] != heads:
+        raise ValueError(
+            f"heads = {heads} disagrees with the {Q.shape[0]} heads stacked in Q and K"
+        )
+    KtQ = K.mT @ Q
+    if l2:
+        return KtQ, K.mT @ K
+    return KtQ / math.sqrt(Q.shape[-2]), None
+
+
+def _value_maps(V, d, H, dtype, device) -> torch.Tensor:
+    """``V`` stacked per head (default: the identity in every head)."""
     if V is None:
-        V = torch.eye(d, dtype=dtype, device=device).expand(H, d, d).clone()
-    else:
-        V = _matrix(V, "V", dtype, device)
-        if V.dim() == 2:
-            V = V[None].expand(H, *V.shape)
-        if V.dim() != 3 or V.shape[-2:] != (d, d):
-            raise ValueError(
-                f"V must be {d}x{d} (or a stack ({H}, {d}, {d})), got shape {tuple(V.shape)}"
-            )
-        if V.shape[0] != H:
-            raise ValueError(
-                f"V must have one matrix per head ({H}), got a stack of {V.shape[0]}"
-            )
-    return AttentionParams(kind=base, A=A, V=V, G=G)
+        return torch.eye(d, dtype=dtype, device=device).expand(H, d, d).clone()
+    V = _matrix(V, "V", dtype, device)
+    if V.dim() == 2:
+        V = V[None].expand(H, *V.shape)
+    if V.dim() != 3 or V.shape[-2:] != (d, d):
+        raise ValueError(
+            f"V must be {d}x{d} (or a stack ({H}, {d}, {d})), got shape {tuple(V.shape)}"
+        )
+    if V.shape[0] != H:
+        raise ValueError(
+            f"V must have one matrix per head ({H}), got a stack of {V.shape[0]}"
+        )
+    return V
 
 
-def sink_weights(
-    n: int, sink_mass: float, *, dtype=torch.float64, device="cpu"
-) -> torch.Tensor:
+def sink_weights(n: int, sink_mass: float, *, dtype=None, device=None) -> torch.Tensor:
     """Particle masses with an attention sink: token 0 carries ``sink_mass``, the others share the rest."""
+    dtype, device = default_dtype(dtype), resolve_device(device)
     n = check_positive_int(n, "n", minimum=2)
     if (
         isinstance(sink_mass, bool)
@@ -241,10 +258,11 @@ class LayerInputs:
 
 
 def particle_masses(
-    n: int, weights=None, sink_mass: float = 0.0, *, dtype=torch.float64, device="cpu"
+    n: int, weights=None, sink_mass: float = 0.0, *, dtype=None, device=None
 ) -> torch.Tensor:
     """The masses ``(n,)`` of the tokens: ``weights`` checked (positive, summing to one), or
     uniform, or with an attention sink of mass ``sink_mass`` on token 0."""
+    dtype, device = default_dtype(dtype), resolve_device(device)
     if weights is not None and sink_mass:
         raise ValueError("give either weights or sink_mass, not both")
     if weights is None:
@@ -323,15 +341,14 @@ def _sinkhorn_options(dtype, tol, n_iters):
 
 
 def _logits(X: torch.Tensor, p: AttentionParams) -> torch.Tensor:
-    r"""Scores :math:`\langle A_h x_i, x_j\rangle` (ℓ²: :math:`2\langle K_h^\top Q_h x_i, x_j\rangle - |K_h x_j|^2`)."""
+    r"""Scores :math:`\langle A_h x_i, x_j\rangle` (ℓ²: :math:`-|Q_h x_i - K_h x_j|^2` up to
+    a row constant, through :func:`attnbook.attention.l2_score_terms`)."""
     Xh = X.unsqueeze(-3)  # (..., 1, n, d)
-    L = (Xh @ p.A.mT) @ Xh.mT  # (..., H, n, n)
+    AX = Xh @ p.A.mT  # (..., H, n, d): A_h x_i (ℓ²: K^T Q x_i)
     if p.kind == "l2":
-        # -|Q x_i - K x_j|^2 = -|Q x_i|^2 + 2<K^T Q x_i, x_j> - |K x_j|^2; the first term is
-        # constant along row i and cancels in the normalisation over j.
-        key_sq = ((Xh @ p.G) * Xh).sum(-1)  # x_j^T K^T K x_j, (..., H, n)
-        L = 2 * L - key_sq.unsqueeze(-2)
-    return L
+        q, k, b = l2_score_terms(AX, Xh, p.G)
+        return q @ k.mT + b.unsqueeze(-2)
+    return AX @ Xh.mT  # (..., H, n, n)
 
 
 def interaction_matrices(
@@ -380,9 +397,7 @@ def interaction_matrices(
     if p.kind in ("softmax", "l2"):
         if not uniform:
             L = L + w.log()
-        if mask is not None:
-            L = L.masked_fill(~mask, float("-inf"))
-        return torch.softmax(L, dim=-1)
+        return masked_softmax(L, mask)
     P = torch.sigmoid(L + bias) * w if p.kind == "sigmoid" else L * w
     return P if mask is None else P.masked_fill(~mask, 0.0)
 
@@ -390,129 +405,64 @@ def interaction_matrices(
 _SINKHORN_CHECK_EVERY = 4  # iterations between convergence tests (host syncs)
 
 
-def _row_budget(X: torch.Tensor) -> int:
-    """Entries of the n x n score matrix held at once: cache-sized on a CPU, large on a GPU."""
-    return (1 << 27) if X.device.type == "cuda" else (1 << 21)
-
-
-def _exp_(L: torch.Tensor) -> torch.Tensor:
-    """``L.exp_()``; on a CPU through NumPy's vectorised exp, 2-3x faster than torch's in float64."""
-    if L.device.type == "cpu" and not L.requires_grad and L.is_contiguous():
-        a = L.numpy()
-        np.exp(a, out=a)
-        return L
-    return L.exp_()
-
-
-def _softmax_field(X, p, w, uniform) -> torch.Tensor:
-    """Unmasked softmax / ℓ² velocity without forming P: rows in blocks, one product per block.
-
-    Rows of P in blocks of a device-sized number of entries (:func:`_row_budget`): on a CPU the
-    n x n matrix is never held at once, so large n stays in cache. A single head works on
-    ``(..., n, d)`` (plain matrix products, no head axis); the row sums come out of the same
-    product as the numerators (a column of ones appended to the values).
-    """
-    n, d = X.shape[-2], X.shape[-1]
-    single = p.heads == 1
-    Xh = X if single else X.unsqueeze(-3)
-    A, V = (p.A[0], p.V[0]) if single else (p.A, p.V)
-    AX = Xh @ A.mT  # rows A_h x_i (ℓ²: K^T Q x_i)
-    XV = Xh @ V.mT  # V_h x_j
-    XV1 = torch.cat(
-        [XV, torch.ones_like(XV[..., :1])], dim=-1
-    )  # values and a ones column
-    bias_j = None
-    if p.kind == "l2":
-        G = p.G[0] if single else p.G
-        bias_j = -((Xh @ G) * Xh).sum(-1).unsqueeze(-2)  # -|K x_j|^2, (..., [H,] 1, n)
-        AX = 2 * AX
-    if not uniform:
-        bias_j = w.log() if bias_j is None else bias_j + w.log()
-    rows = max(1, _row_budget(X) // max(1, n * p.heads * max(1, X[..., 0, 0].numel())))
-    # |L_ij| <= |AX_i| |x_j| + |bias_j|: when that bound is far from exp's overflow and
-    # underflow (checked once per call, on a CPU), the max-subtraction pass is not needed.
-    shift = True
-    if X.device.type == "cpu" and n * n >= (1 << 20):  # small n: the pass is cheap
-        bound = float((AX.norm(dim=-1).amax() * X.norm(dim=-1).amax()).detach())
-        if bias_j is not None:
-            bound += float(bias_j.abs().amax().detach())
-        shift = not bound < (600.0 if X.dtype == torch.float64 else 60.0)
-    parts = []
-    for r0 in range(0, n, rows):
-        L = AX[..., r0 : r0 + rows, :] @ Xh.mT  # (..., [H,] rows, n)
-        if bias_j is not None:
-            L += bias_j
-        if shift:
-            L -= L.amax(-1, keepdim=True)  # stable exponentials
-        R = _exp_(L) @ XV1
-        parts.append(R[..., :d] / R[..., d:])
-    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)
-    return out if single else out.sum(-3)
+def _pool_operands(X, A, V, G, logw):
+    """Queries, keys, values and key bias of the unmasked softmax / ℓ² velocity, for
+    :func:`attnbook.attention.softmax_pool`; NumPy arrays or tensors alike (``A, V, G`` of
+    one head ``(d, d)``, or stacked ``(H, d, d)`` with ``X`` given a head axis)."""
+    XV = X @ V.swapaxes(-1, -2)  # V_h x_j
+    AX = X @ A.swapaxes(-1, -2)  # A_h x_i
+    keys, bias = X, None
+    if G is not None:  # ℓ²: A = K^T Q, G = K^T K
+        AX, keys, bias = l2_score_terms(AX, X, G)
+    if logw is not None:
+        bias = logw if bias is None else bias + logw
+    return AX, keys, XV, bias
 
 
 def _numpy_layer(X, p, w, uniform) -> dict | None:
-    """The layer as NumPy arrays, converted once per call, for :func:`_softmax_field_numpy`.
+    """The layer as NumPy arrays, converted once per call, for the kernel's NumPy path.
 
     ``None`` where the NumPy path does not apply: not on a CPU, or a tensor that needs
-    gradients. On a CPU, NumPy's matrix products and exp on these skinny shapes ((n, d) by
-    (d, n), (n, n) by (n, d + 1)) are 2-5x faster than torch's at n <= 4096, in float32 most of
-    all, and a velocity evaluation makes no tensor allocations besides its result.
+    gradients. On a CPU, NumPy's matrix products and exp on these skinny shapes are 2-5x
+    faster than torch's at n <= 4096, and a velocity evaluation makes no tensor allocations
+    besides its result.
     """
     tensors = (X, p.A, p.V, w) + (() if p.G is None else (p.G,))
     if any(t.device.type != "cpu" or t.requires_grad for t in tensors):
         return None
     single = p.heads == 1
-    layer = {
+    return {
         "A": (p.A[0] if single else p.A).numpy(),
         "V": (p.V[0] if single else p.V).numpy(),
         "G": None if p.G is None else (p.G[0] if single else p.G).numpy(),
         "logw": None if uniform else w.log().numpy(),
         "single": single,
-        "heads": p.heads,
-        "l2": p.kind == "l2",
-        "bound": 600.0 if X.dtype == torch.float64 else 60.0,
     }
-    return layer
 
 
-def _softmax_field_numpy(X: np.ndarray, layer: dict) -> np.ndarray:
-    """:func:`_softmax_field` on NumPy arrays, the same blocks of rows.
+def _softmax_field(X, p, w, uniform, layer=None):
+    """Unmasked softmax / ℓ² velocity through the attention kernel, heads summed.
 
-    Two differences, both round-off only: the max-subtraction pass is skipped at every ``n``
-    when the bound on the scores allows it (it costs O(n d) here, and the pass over n² entries
-    is a fifth of an evaluation at n = 256, NumPy's float32 max being slow), and the row sums
-    are a separate sum rather than a column of ones in the product (a 3-column product is
-    slower in OpenBLAS than a 2-column one and a sum).
+    ``layer``: the NumPy copy of the layer (:func:`_numpy_layer`): the kernel then runs in
+    NumPy on views of ``X``, the result back as a tensor.
     """
-    n = X.shape[-2]
-    single = layer["single"]
-    Xh = X if single else X[..., None, :, :]
-    XhT = np.swapaxes(Xh, -1, -2)
-    AX = Xh @ np.swapaxes(layer["A"], -1, -2)
-    XV = Xh @ np.swapaxes(layer["V"], -1, -2)
-    bias_j = None
-    if layer["l2"]:
-        bias_j = -((Xh @ layer["G"]) * Xh).sum(-1)[..., None, :]
-        AX = 2 * AX
-    if layer["logw"] is not None:
-        bias_j = layer["logw"] if bias_j is None else bias_j + layer["logw"]
-    batch = math.prod(X.shape[:-2])
-    rows = max(1, (1 << 21) // max(1, n * layer["heads"] * max(1, batch)))
-    # |L_ij| <= |AX_i| |x_j| + |bias_j|: far from exp's overflow and underflow, no shift
-    bound = float(np.sqrt((AX * AX).sum(-1)).max() * np.sqrt((X * X).sum(-1)).max())
-    if bias_j is not None:
-        bound += float(np.abs(bias_j).max())
-    shift = not bound < layer["bound"]
-    parts = []
-    for r0 in range(0, n, rows):
-        L = AX[..., r0 : r0 + rows, :] @ XhT
-        if bias_j is not None:
-            L += bias_j
-        if shift:
-            L -= L.max(-1, keepdims=True)
-        np.exp(L, out=L)
-        parts.append((L @ XV) / L.sum(-1, keepdims=True))
-    out = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-2)
+    if layer is not None and not X.requires_grad and X.device.type == "cpu":
+        x = X.numpy()
+        single = layer["single"]
+        ops = _pool_operands(
+            x if single else x[..., None, :, :],
+            layer["A"], layer["V"], layer["G"], layer["logw"],
+        )  # fmt: skip
+        out = softmax_pool(*ops[:3], key_bias=ops[3])
+        return torch.from_numpy(out if single else out.sum(-3))
+    single = p.heads == 1
+    A, V, G = (p.A[0], p.V[0], p.G) if single else (p.A, p.V, p.G)
+    if single and G is not None:
+        G = G[0]
+    ops = _pool_operands(
+        X if single else X.unsqueeze(-3), A, V, G, None if uniform else w.log()
+    )
+    out = softmax_pool(*ops[:3], key_bias=ops[3])
     return out if single else out.sum(-3)
 
 
@@ -524,10 +474,7 @@ def _field(
     ``layer``: the NumPy copy of the layer (:func:`_numpy_layer`) for the CPU path, or ``None``.
     """
     if p.kind in ("softmax", "l2") and not causal:
-        if layer is not None and not X.requires_grad and X.device.type == "cpu":
-            out = torch.from_numpy(_softmax_field_numpy(X.numpy(), layer))
-        else:
-            out = _softmax_field(X, p, w, uniform)
+        out = _softmax_field(X, p, w, uniform, layer)
     else:
         XV = X.unsqueeze(-3) @ p.V.mT  # (..., H, n, d): V_h x_j
         P = interaction_matrices(
@@ -578,7 +525,7 @@ def attention_matrix(
     return P.cpu().numpy() if is_numpy else P
 
 
-def _field_of(li: LayerInputs, sphere: bool, sinkhorn_tol, n_sinkhorn_iters):
+def velocity_field(li: LayerInputs, sphere: bool, sinkhorn_tol, n_sinkhorn_iters):
     """The unchecked velocity ``X -> Γ(X)`` of a checked layer (the integrator's inner loop)."""
     tol, it = _sinkhorn_options(li.X.dtype, sinkhorn_tol, n_sinkhorn_iters)
     p, w, causal, bias, uniform = li.params, li.masses, li.causal, li.bias, li.uniform
@@ -617,7 +564,7 @@ def velocity(
     if not isinstance(sphere, bool):
         raise TypeError(f"sphere must be a bool, got {type(sphere).__name__}")
     li = prepare_inputs(x, **layer)
-    out = _field_of(li, sphere, sinkhorn_tol, n_sinkhorn_iters)(li.X)
+    out = velocity_field(li, sphere, sinkhorn_tol, n_sinkhorn_iters)(li.X)
     return out.cpu().numpy() if is_numpy else out
 
 
@@ -657,11 +604,11 @@ def simulate(
     if not isinstance(sphere, bool):
         raise TypeError(f"sphere must be a bool, got {type(sphere).__name__}")
     X0 = check_cloud(x0, "x0")
-    dev = default_device(device) if (device is not None or is_numpy) else X0.device
+    dev = resolve_device(device, like=X0)
     li = prepare_inputs(X0.to(dev), **layer)
     times = check_times(t)
     method = check_choice(method, "method", ("rk4", "dopri5"))
-    field = _field_of(li, sphere, sinkhorn_tol, n_sinkhorn_iters)
+    field = velocity_field(li, sphere, sinkhorn_tol, n_sinkhorn_iters)
 
     def rhs(_t, X):
         return field(X)
@@ -718,7 +665,7 @@ def sample_gaussian(
     exact_moments: bool = False,
     symmetric: bool = False,
     batch: tuple[int, ...] = (),
-    dtype=torch.float64,
+    dtype=None,
     device=None,
 ) -> torch.Tensor:
     r"""``n`` draws of :math:`N(\text{mean}, \text{cov})`, shape ``(*batch, n, d)``, seeded.
@@ -735,6 +682,7 @@ def sample_gaussian(
     of ``cov`` (no eigenvector sign enters), then moved to ``device``.
     """
     n = check_positive_int(n, "n", minimum=2)
+    dtype = default_dtype(dtype)
     m = check_finite(as_tensor(mean, "mean"), "mean").to(dtype)
     C = check_finite(as_tensor(cov, "cov"), "cov").to(dtype)
     if m.dim() != 1:
@@ -766,4 +714,4 @@ def sample_gaussian(
         L = torch.linalg.cholesky(S)
         z = torch.linalg.solve_triangular(L, z.mT, upper=False).mT  # empirical cov = I
     X = m + z @ root.mT
-    return X.to(default_device(device)) if device is not None else X
+    return X.to(resolve_device(device)) if device is not None else X
