@@ -390,6 +390,70 @@ def _sinkhorn_reductions(logk: torch.Tensor, row_lw):
     return row_scaled, col_scaled, plan_scaled
 
 
+def _sinkhorn_marginals(logk: torch.Tensor, log_marginal):
+    """The kernel with the column masses folded in, the row log-masses ``b`` of the plan
+    and the target log column sums (uniform n/m without ``log_marginal``)."""
+    n, m = logk.shape[-2], logk.shape[-1]
+    if log_marginal is None:
+        target = torch.full((m,), math.log(n / m), dtype=logk.dtype, device=logk.device)
+        return logk, 0.0, target
+    lw = check_finite(
+        as_tensor(log_marginal, "log_marginal", dtype=logk.dtype, device=logk.device),
+        "log_marginal",
+    )
+    if n != m or lw.shape[-1] != n:
+        raise ValueError(
+            f"log_marginal needs a square kernel and one entry per token, got kernel "
+            f"{tuple(logk.shape)} and log_marginal {tuple(lw.shape)}"
+        )
+    logk = logk + lw.unsqueeze(-2)  # the column masses w_j are part of the plan
+    return logk, lw.unsqueeze(-1), lw
+
+
+def _sinkhorn_initial_log_v(logk: torch.Tensor, init_log_v) -> torch.Tensor:
+    """The starting column potentials: ``init_log_v`` (checked) or zeros."""
+    g_shape = logk.shape[:-2] + (logk.shape[-1],)
+    if init_log_v is None:
+        return torch.zeros(g_shape, dtype=logk.dtype, device=logk.device)
+    g = check_finite(
+        as_tensor(init_log_v, "init_log_v", dtype=logk.dtype, device=logk.device),
+        "init_log_v",
+    )
+    if g.shape != g_shape:
+        raise ValueError(
+            f"init_log_v must have shape {tuple(g_shape)} (one potential per column), "
+            f"got {tuple(g.shape)}"
+        )
+    return g
+
+
+def _sinkhorn_loop(f, g, target, row_lse, column_sums, error_of, n_iters, tol, every):
+    """The Sinkhorn iterations: ``(f, g, err, iterations used)``; ``err`` is inf until
+    the first convergence test (one every ``every`` iterations, and at the last)."""
+    err = float("inf")
+    it = 0
+    for it in range(1, n_iters + 1):  # noqa: B007 - `it` is reported after the loop
+        # row step: log sum_j exp(logk + g_j) + f_i = 0  (this alone is softmax)
+        f = -row_lse(g)
+        col = column_sums(f, g)
+        if it % every == 0 or it == n_iters:
+            err = error_of(col)  # one host sync
+            if err <= tol:
+                break
+        g = g + target - col
+    else:
+        f = -row_lse(g)
+    return f, g, err, it
+
+
+def _sinkhorn_nonconvergence_message(n_iters, newton, err, tol) -> str:
+    return (
+        f"Sinkhorn did not converge in {n_iters} iterations"
+        f"{f' and {newton} Newton steps' if newton else ''}: column error {err:.3g} > "
+        f"tol {tol:.3g}; increase n_iters or scale the scores down"
+    )
+
+
 def sinkhorn(
     log_kernel,
     *,
@@ -436,23 +500,7 @@ def sinkhorn(
     check_every = check_positive_int(check_every, "check_every")
     check_choice(on_nonconvergence, "on_nonconvergence", ("warn", "raise", "ignore"))
     n, m = logk.shape[-2], logk.shape[-1]
-    if log_marginal is None:
-        row_lw = 0.0
-        target = torch.full((m,), math.log(n / m), dtype=logk.dtype, device=logk.device)
-    else:
-        lw = check_finite(
-            as_tensor(
-                log_marginal, "log_marginal", dtype=logk.dtype, device=logk.device
-            ),
-            "log_marginal",
-        )
-        if n != m or lw.shape[-1] != n:
-            raise ValueError(
-                f"log_marginal needs a square kernel and one entry per token, got kernel "
-                f"{tuple(logk.shape)} and log_marginal {tuple(lw.shape)}"
-            )
-        logk = logk + lw.unsqueeze(-2)  # the column masses w_j are part of the plan
-        row_lw, target = lw.unsqueeze(-1), lw
+    logk, row_lw, target = _sinkhorn_marginals(logk, log_marginal)
 
     row_lse, col_lse, plan_of = _sinkhorn_reductions(logk, row_lw)
 
@@ -465,58 +513,28 @@ def sinkhorn(
             return float((col_.exp() - n / m).abs().max())
         return float((col_ - target).exp().sub(1).abs().max())
 
-    def column_error(f_, g_):
-        col_ = column_sums(f_, g_)
-        return col_, error_of(col_)
-
     f = torch.zeros(logk.shape[:-1], dtype=logk.dtype, device=logk.device)
-    g_shape = logk.shape[:-2] + (m,)
-    if init_log_v is None:
-        g = torch.zeros(g_shape, dtype=logk.dtype, device=logk.device)
-    else:
-        g = check_finite(
-            as_tensor(init_log_v, "init_log_v", dtype=logk.dtype, device=logk.device),
-            "init_log_v",
-        )
-        if g.shape != g_shape:
-            raise ValueError(
-                f"init_log_v must have shape {tuple(g_shape)} (one potential per column), "
-                f"got {tuple(g.shape)}"
-            )
-    err = float("inf")
-    it = 0
-    for it in range(1, n_iters + 1):  # noqa: B007 - `it` is reported after the loop
-        # row step: log sum_j exp(logk + g_j) + f_i = 0  (this alone is softmax)
-        f = -row_lse(g)
-        col = column_sums(f, g)
-        if it % check_every == 0 or it == n_iters:
-            err = error_of(col)  # one host sync
-            if err <= tol:
-                break
-        g = g + target - col
-    else:
-        f = -row_lse(g)
+    g = _sinkhorn_initial_log_v(logk, init_log_v)
+    f, g, err, it = _sinkhorn_loop(
+        f, g, target, row_lse, column_sums, error_of, n_iters, tol, check_every
+    )
     newton = 0
     if err > tol and n_newton_iters > 0 and math.isfinite(err):
         # the plan pi = exp(M + f + g) with row sums r and column sums c (see the docstring)
         M = logk + row_lw
-        log_r = torch.zeros_like(f) if log_marginal is None else lw.expand_as(f)
+        log_r = torch.zeros_like(f) if log_marginal is None else target.expand_as(f)
         log_c = target.expand_as(g)
         _, g_try, newton = _newton_polish(
             M, f, g, log_r, log_c, n_newton_iters, tol * 1e-3
         )
         f_try = -row_lse(g_try)
-        _, err_try = column_error(f_try, g_try)
+        err_try = error_of(column_sums(f_try, g_try))
         if err_try < err:
             f, g, err = f_try, g_try, err_try
     plan = plan_of(f, g)
     converged = err <= tol
     if not converged:
-        msg = (
-            f"Sinkhorn did not converge in {n_iters} iterations"
-            f"{f' and {newton} Newton steps' if newton else ''}: column error {err:.3g} > "
-            f"tol {tol:.3g}; increase n_iters or scale the scores down"
-        )
+        msg = _sinkhorn_nonconvergence_message(n_iters, newton, err, tol)
         if on_nonconvergence == "raise" or not math.isfinite(err):
             raise SinkhornNotConverged(msg)
         if on_nonconvergence == "warn":

@@ -429,6 +429,102 @@ def _judge(value, half, exp, tol, lo, hi, nulls):
     return ok, margin, effect, (disc if math.isfinite(disc) else None), passing
 
 
+def _criterion(expected, lower, upper):
+    """``(expected, lower, upper)`` as floats (None where not given); at least one."""
+    exp = None if expected is None else _to_float(expected, "expected")
+    lo = None if lower is None else _to_float(lower, "lower")
+    hi = None if upper is None else _to_float(upper, "upper")
+    if exp is None and lo is None and hi is None:
+        raise ValueError("give expected, lower or upper: a claim needs a criterion")
+    return exp, lo, hi
+
+
+def _tolerance(claim_id: str, exp, rtol, atol, samples):
+    """``(rtol, tol)``: the checked ``rtol`` (``1e-9`` by default for one number with an
+    expected value) and the absolute tolerance ``atol + rtol·|expected|`` (None without
+    an expected value)."""
+    for tol_, name in ((rtol, "rtol"), (atol, "atol")):
+        if tol_ is not None and (
+            not isinstance(tol_, numbers.Real) or isinstance(tol_, bool) or tol_ < 0
+        ):
+            raise ValueError(f"{name} must be a non-negative number, got {tol_!r}")
+    if exp is None and (rtol is not None or atol is not None):
+        raise ValueError("rtol and atol apply to expected: give expected too")
+    if exp is not None and samples is not None and not (rtol or atol):
+        raise ValueError(
+            f"claim {claim_id!r}: with samples an expected value needs a tolerance "
+            "(rtol= or atol=): the whole interval must lie inside expected ± tol"
+        )
+    if exp is not None and rtol is None and atol is None and samples is None:
+        rtol = 1e-9
+    tol = None if exp is None else (atol or 0.0) + (rtol or 0.0) * abs(exp)
+    return rtol, tol
+
+
+def _check_note(claim_id: str, note, exp, lo, hi, tol) -> None:
+    """Bounds, and tolerances wider than round-off, need a reason in ``note``."""
+    if note is not None:
+        return
+    if lo is not None or hi is not None:
+        raise ValueError(
+            f"claim {claim_id!r}: bounds need a reason; say in note= why the "
+            "bound is where it is (theory, an interval, a physical scale)"
+        )
+    if tol is not None and tol > ROUNDOFF * max(1.0, abs(exp)):
+        raise ValueError(
+            f"claim {claim_id!r}: a tolerance wider than round-off needs a "
+            "reason; say in note= where it comes from"
+        )
+
+
+@dataclass
+class _Measurement:
+    """The measured value of a claim, with its interval when it comes from samples."""
+
+    value: float
+    n: int
+    half: float = 0.0
+    std_err: float | None = None
+    interval: list | None = None
+    method: str | None = None
+    values: list = field(default_factory=list)
+
+
+def _measure(measured, samples) -> _Measurement:
+    """The value (the mean of ``samples``, or ``measured``) and, for finite samples, the
+    Student t interval of the mean."""
+    if samples is None:
+        return _Measurement(value=_to_float(measured, "measured"), n=1)
+    arr = _to_samples(samples)
+    values = [float(v) for v in arr]
+    finite = bool(np.isfinite(arr).all())
+    value = float(arr.mean()) if finite else float("nan")
+    measurement = _Measurement(value=value, n=int(arr.size), values=values)
+    if finite:
+        measurement.std_err = float(arr.std(ddof=1) / math.sqrt(arr.size))
+        measurement.interval = list(student_t_interval(arr))
+        measurement.half = (measurement.interval[1] - measurement.interval[0]) / 2
+        measurement.method = f"Student t, {CONFIDENCE:.0%} interval of the mean"
+    return measurement
+
+
+def _refusal(ok, null_passes, kind: str, disc) -> str | None:
+    """Why a claim that holds is refused (a null passes too, or a derivation's
+    tolerance is not far below the quantity's scale), or None."""
+    if ok and null_passes:
+        return (
+            "cannot discriminate: the null "
+            + ", ".join(_fmt(v) for v in null_passes)
+            + " passes the same criterion"
+        )
+    if ok and kind not in NULL_KINDS and (disc or 0.0) < EXACT_DISCRIMINATION:
+        return (
+            f"the tolerance does not sit far below the quantity's own scale: the null "
+            f"misses by {disc:.3g} of the effect, {EXACT_DISCRIMINATION} needed"
+        )
+    return None
+
+
 class Ledger:
     """The claims of one chapter.
 
@@ -522,6 +618,60 @@ class Ledger:
         :class:`ClaimFailed` when the claim does not hold (after recording it as failed), and
         ``ValueError`` / ``TypeError`` for a malformed claim.
         """
+        self._check_fields(claim_id, statement, kind, source, note)
+        if (measured is None) == (samples is None):
+            raise ValueError("give exactly one of measured (one number) or samples")
+        exp, lo, hi = _criterion(expected, lower, upper)
+        rtol, tol = _tolerance(claim_id, exp, rtol, atol, samples)
+        _check_note(claim_id, note, exp, lo, hi, tol)
+        if exp is not None:
+            self._refuse_copied(claim_id, exp)
+        nulls = self._nulls(claim_id, null, kind, exp)
+
+        measurement = _measure(measured, samples)
+        ok, margin, effect, disc, null_passes = _judge(
+            measurement.value, measurement.half, exp, tol, lo, hi, nulls
+        )
+        refused = _refusal(ok, null_passes, kind, disc)
+        claim = Claim(
+            id=claim_id,
+            statement=statement,
+            measured=measurement.value,
+            passed=bool(ok) and refused is None,
+            kind=kind,
+            source=source,
+            expected=exp,
+            rtol=rtol,
+            atol=atol,
+            lower=lo,
+            upper=hi,
+            note=note,
+            n=measurement.n,
+            std_err=measurement.std_err,
+            interval=measurement.interval,
+            interval_method=measurement.method,
+            margin=margin,
+            null=nulls,
+            effect=effect,
+            discrimination=disc,
+            refused=refused,
+            chapter=self.chapter,
+            seed=self.seed,
+            checked_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            samples=measurement.values,
+        )
+        self.claims.append(claim)
+        self._write()
+        _show(claim)
+        if refused is not None:
+            raise CannotDiscriminate(repr(claim))
+        if not claim.passed:
+            raise ClaimFailed(repr(claim))
+        return claim
+
+    def _check_fields(self, claim_id, statement, kind, source, note) -> None:
+        """Refuse a malformed or repeated id, an empty statement or note, an unknown
+        kind or source."""
         if not isinstance(claim_id, str) or not claim_id.strip():
             raise ValueError("claim_id must be a non-empty string")
         if any(c.id == claim_id for c in self.claims):
@@ -538,110 +688,6 @@ class Ledger:
             raise ValueError(
                 "note must be a non-empty string (the reason for the bounds)"
             )
-        if (measured is None) == (samples is None):
-            raise ValueError("give exactly one of measured (one number) or samples")
-        exp = None if expected is None else _to_float(expected, "expected")
-        lo = None if lower is None else _to_float(lower, "lower")
-        hi = None if upper is None else _to_float(upper, "upper")
-        if exp is None and lo is None and hi is None:
-            raise ValueError("give expected, lower or upper: a claim needs a criterion")
-        for tol_, name in ((rtol, "rtol"), (atol, "atol")):
-            if tol_ is not None and (
-                not isinstance(tol_, numbers.Real) or isinstance(tol_, bool) or tol_ < 0
-            ):
-                raise ValueError(f"{name} must be a non-negative number, got {tol_!r}")
-        if exp is None and (rtol is not None or atol is not None):
-            raise ValueError("rtol and atol apply to expected: give expected too")
-        if exp is not None and samples is not None and not (rtol or atol):
-            raise ValueError(
-                f"claim {claim_id!r}: with samples an expected value needs a tolerance "
-                "(rtol= or atol=): the whole interval must lie inside expected ± tol"
-            )
-        if exp is not None and rtol is None and atol is None and samples is None:
-            rtol = 1e-9
-        tol = None if exp is None else (atol or 0.0) + (rtol or 0.0) * abs(exp)
-        if note is None:
-            if lo is not None or hi is not None:
-                raise ValueError(
-                    f"claim {claim_id!r}: bounds need a reason; say in note= why the "
-                    "bound is where it is (theory, an interval, a physical scale)"
-                )
-            if tol is not None and tol > ROUNDOFF * max(1.0, abs(exp)):
-                raise ValueError(
-                    f"claim {claim_id!r}: a tolerance wider than round-off needs a "
-                    "reason; say in note= where it comes from"
-                )
-        if exp is not None:
-            self._refuse_copied(claim_id, exp)
-        nulls = self._nulls(claim_id, null, kind, exp)
-
-        interval = std_err = method = None
-        half = 0.0
-        values: list = []
-        if samples is not None:
-            arr = _to_samples(samples)
-            values = [float(v) for v in arr]
-            finite = bool(np.isfinite(arr).all())
-            value = float(arr.mean()) if finite else float("nan")
-            if finite:
-                std_err = float(arr.std(ddof=1) / math.sqrt(arr.size))
-                interval = list(student_t_interval(arr))
-                half = (interval[1] - interval[0]) / 2
-                method = f"Student t, {CONFIDENCE:.0%} interval of the mean"
-            n = int(arr.size)
-        else:
-            value = _to_float(measured, "measured")
-            n = 1
-        ok, margin, effect, disc, null_passes = _judge(
-            value, half, exp, tol, lo, hi, nulls
-        )
-        refused = None
-        if ok and null_passes:
-            refused = (
-                "cannot discriminate: the null "
-                + ", ".join(_fmt(v) for v in null_passes)
-                + " passes the same criterion"
-            )
-        elif ok and kind not in NULL_KINDS and (disc or 0.0) < EXACT_DISCRIMINATION:
-            refused = (
-                f"the tolerance does not sit far below the quantity's own scale: the null "
-                f"misses by {disc:.3g} of the effect, {EXACT_DISCRIMINATION} needed"
-            )
-        claim = Claim(
-            id=claim_id,
-            statement=statement,
-            measured=value,
-            passed=bool(ok) and refused is None,
-            kind=kind,
-            source=source,
-            expected=exp,
-            rtol=rtol,
-            atol=atol,
-            lower=lo,
-            upper=hi,
-            note=note,
-            n=n,
-            std_err=std_err,
-            interval=interval,
-            interval_method=method,
-            margin=margin,
-            null=nulls,
-            effect=effect,
-            discrimination=disc,
-            refused=refused,
-            chapter=self.chapter,
-            seed=self.seed,
-            checked_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            samples=values,
-        )
-        self.claims.append(claim)
-        self._write()
-        _show(claim)
-        if refused is not None:
-            raise CannotDiscriminate(repr(claim))
-        if not claim.passed:
-            raise ClaimFailed(repr(claim))
-        return claim
 
     @staticmethod
     def _nulls(claim_id: str, null, kind: str, exp: float | None) -> list[float]:

@@ -132,28 +132,71 @@ def _list(as_json: bool) -> int:
     return OK
 
 
-def _run(args, argv) -> int:
-    from .experiments.runner import SchedulerUnreachable, run_sweep
-
+def _bad_run_args(args) -> str | None:
+    """The usage error that stops ``attnbook run`` with these arguments, or None."""
     if args.experiment not in E.names():
-        return _usage(
+        return (
             f"unknown experiment {args.experiment!r}; run `attnbook experiments` to list "
             f"them ({', '.join(E.names())})"
         )
     exp = E.get(args.experiment)
     if args.scale not in exp.scales:
-        return _usage(
+        return (
             f"unknown scale {args.scale!r} for {args.experiment}; use one of "
             f"{', '.join(exp.scales)}"
         )
     if args.workers is not None and args.workers < 1:
-        return _usage("--workers must be at least 1")
+        return "--workers must be at least 1"
+    return None
+
+
+def _parse_only(items) -> tuple[dict | None, str | None]:
+    """``(filters, error)``: the ``--only AXIS=V1,V2`` filters as ``{axis: [values]}``
+    (None when there are none), or the usage error of the first malformed one."""
     only = None
-    for item in args.only or []:
+    for item in items or []:
         axis, sep, values = item.partition("=")
         if not sep or not axis or not values:
-            return _usage(f"--only takes AXIS=V1,V2, got {item!r}")
+            return None, f"--only takes AXIS=V1,V2, got {item!r}"
         only = (only or {}) | {axis: values.split(",")}
+    return only, None
+
+
+def _report_sweep(args, rep) -> int:
+    """Print what a sweep did (recomputed, failed points) and return the exit status."""
+    for d in rep.damaged:
+        print(
+            f"attnbook: warning: recomputed damaged point {d['axes']}: {d['reason']}",
+            file=sys.stderr,
+        )
+    for d in rep.stale:
+        print(f"recomputed stale point {d['axes']}: changed {', '.join(d['changed'])}")
+    print(
+        f"{args.experiment} [{args.scale}]: {rep.skipped + rep.computed}/{rep.total} points "
+        f"done ({rep.skipped} already finished, {rep.computed} computed, "
+        f"{len(rep.failed)} failed) in {rep.wall_s:.1f} s -> {rep.directory}"
+        + (f"; {rep.left_out} left out by --only" if rep.left_out else "")
+    )
+    for idx, err in rep.failed:
+        print(f"  point {idx} failed: {err}", file=sys.stderr)
+    if rep.failed:
+        print(
+            f"  see `attnbook status {args.out}`; rerun the same command to retry",
+            file=sys.stderr,
+        )
+        return FAILED
+    return OK
+
+
+def _run(args, argv) -> int:
+    from .experiments.runner import SchedulerUnreachable, run_sweep
+
+    bad = _bad_run_args(args)
+    if bad is not None:
+        return _usage(bad)
+    only, bad = _parse_only(args.only)
+    if bad is not None:
+        return _usage(bad)
     command = "attnbook " + " ".join(shlex.quote(a) for a in argv)
     try:
         rep = run_sweep(
@@ -177,28 +220,7 @@ def _run(args, argv) -> int:
         return _usage(str(err))
     except OSError as err:
         return _usage(f"cannot use --out {args.out}: {err}")
-    for d in rep.damaged:
-        print(
-            f"attnbook: warning: recomputed damaged point {d['axes']}: {d['reason']}",
-            file=sys.stderr,
-        )
-    for d in rep.stale:
-        print(f"recomputed stale point {d['axes']}: changed {', '.join(d['changed'])}")
-    print(
-        f"{args.experiment} [{args.scale}]: {rep.skipped + rep.computed}/{rep.total} points "
-        f"done ({rep.skipped} already finished, {rep.computed} computed, "
-        f"{len(rep.failed)} failed) in {rep.wall_s:.1f} s -> {rep.directory}"
-        + (f"; {rep.left_out} left out by --only" if rep.left_out else "")
-    )
-    for idx, err in rep.failed:
-        print(f"  point {idx} failed: {err}", file=sys.stderr)
-    if rep.failed:
-        print(
-            f"  see `attnbook status {args.out}`; rerun the same command to retry",
-            file=sys.stderr,
-        )
-        return FAILED
-    return OK
+    return _report_sweep(args, rep)
 
 
 def _status(args) -> int:

@@ -153,6 +153,35 @@ def _download(name: str, split: str) -> str:
     return Path(path).read_text(encoding="utf-8")
 
 
+def _local_text(local_names, data_dir) -> tuple[str | None, list[str]]:
+    """``(text, tried)``: the first of ``local_names`` found in the data folders
+    (None if none is), and every path looked at, in order."""
+    tried = []
+    for folder in find_data_dir(data_dir):
+        for rel in local_names:
+            f = folder / rel
+            tried.append(str(f))
+            if f.is_file():
+                return f.read_text(encoding="utf-8"), tried
+    return None, tried
+
+
+def _why_no_download(download: bool) -> str | None:
+    """Why the Hugging Face hub cannot be tried (disabled, not installed, no network),
+    or None when it can."""
+    if not download:
+        return "downloads disabled (download=False)"
+    if _offline():
+        return "downloads disabled by ATTNBOOK_OFFLINE / HF_HUB_OFFLINE"
+    try:
+        import huggingface_hub  # noqa: F401
+    except ImportError:
+        return "huggingface_hub is not installed (pip install huggingface_hub pandas pyarrow)"
+    if not _network_available():
+        return "no network connection to huggingface.co"
+    return None
+
+
 def load_text(
     name: str, split: str | None = None, *, data_dir=None, download: bool = True
 ) -> str:
@@ -169,32 +198,16 @@ def load_text(
         else check_choice(split, "split", tuple(DATASETS[name]))
     )
     local_names, _ = DATASETS[name][split]
-    tried = []
-    for folder in find_data_dir(data_dir):
-        for rel in local_names:
-            f = folder / rel
-            tried.append(str(f))
-            if f.is_file():
-                return f.read_text(encoding="utf-8")
+    text, tried = _local_text(local_names, data_dir)
+    if text is not None:
+        return text
     if download and not _offline():
         from .download import EXCERPTS, excerpt_text
 
         # nothing local: the book's bounded excerpt (see attnbook.download)
         if (name, split) in EXCERPTS:
             return excerpt_text(name, split)
-    reason = None
-    if not download:
-        reason = "downloads disabled (download=False)"
-    elif _offline():
-        reason = "downloads disabled by ATTNBOOK_OFFLINE / HF_HUB_OFFLINE"
-    else:
-        try:
-            import huggingface_hub  # noqa: F401
-        except ImportError:
-            reason = "huggingface_hub is not installed (pip install huggingface_hub pandas pyarrow)"
-        else:
-            if not _network_available():
-                reason = "no network connection to huggingface.co"
+    reason = _why_no_download(download)
     if reason is None:
         try:
             return _download(name, split)

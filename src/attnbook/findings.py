@@ -114,11 +114,9 @@ def claims_by_id(records: list[dict]) -> dict[str, tuple[str, Claim]]:
     return out
 
 
-def _field(claim: Claim, name: str | None) -> str:
-    if name is None:
-        return claim.measured_text()
-    if name == "value":
-        return _fmt(claim.measured)
+def _optional_field(claim: Claim, name: str) -> str:
+    """A field that not every claim has: ``expected``, ``interval`` (samples only) or
+    ``runs`` (samples only); ``ValueError`` when this claim has none."""
     if name == "expected":
         if claim.expected is None:
             raise ValueError(f"claim {claim.id!r} has no expected value")
@@ -128,17 +126,25 @@ def _field(claim: Claim, name: str | None) -> str:
             raise ValueError(f"claim {claim.id!r} has no interval (one number)")
         lo, hi = claim.interval
         return f"[{_fmt(lo)}, {_fmt(hi)}]"
+    runs = claim.runs_meeting()
+    if runs is None:
+        raise ValueError(f"claim {claim.id!r} has no runs to count (one number)")
+    return f"{runs[0]} of {runs[1]}"
+
+
+def _field(claim: Claim, name: str | None) -> str:
+    if name is None:
+        return claim.measured_text()
+    if name == "value":
+        return _fmt(claim.measured)
+    if name in ("expected", "interval", "runs"):
+        return _optional_field(claim, name)
     if name == "n":
         return str(claim.n)
     if name == "criterion":
         return claim.criterion()
     if name == "null":
         return claim.null_text() or "none"
-    if name == "runs":
-        runs = claim.runs_meeting()
-        if runs is None:
-            raise ValueError(f"claim {claim.id!r} has no runs to count (one number)")
-        return f"{runs[0]} of {runs[1]}"
     raise ValueError(f"placeholder field must be one of {_FIELDS}, not {name!r}")
 
 

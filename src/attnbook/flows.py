@@ -276,6 +276,21 @@ def odeint_dopri5(
     return torch.stack(out)
 
 
+def _jacobian_options(method: str, jac, jac_sparsity) -> dict:
+    """The Jacobian keywords of ``solve_ivp``: ``jac`` or ``jac_sparsity`` (not both,
+    and no sparsity pattern for LSODA)."""
+    if jac is not None and jac_sparsity is not None:
+        raise ValueError("give jac or jac_sparsity, not both")
+    if jac is not None and not callable(jac):
+        raise TypeError(f"jac must be callable, got {type(jac).__name__}")
+    opts = {} if jac_sparsity is None else {"jac_sparsity": jac_sparsity}
+    if method.lower() == "lsoda" and opts:
+        raise ValueError("jac_sparsity is not supported by method 'lsoda'")
+    if jac is not None:
+        opts["jac"] = jac
+    return opts
+
+
 def odeint_stiff(
     f: Callable[[float, torch.Tensor], torch.Tensor],
     y0: torch.Tensor,
@@ -330,15 +345,7 @@ def odeint_stiff(
         return max_abs - float(np.max(np.abs(y))) if np.all(np.isfinite(y)) else -1.0
 
     leaves_bound.terminal = True
-    if jac is not None and jac_sparsity is not None:
-        raise ValueError("give jac or jac_sparsity, not both")
-    if jac is not None and not callable(jac):
-        raise TypeError(f"jac must be callable, got {type(jac).__name__}")
-    opts = {} if jac_sparsity is None else {"jac_sparsity": jac_sparsity}
-    if method.lower() == "lsoda" and opts:
-        raise ValueError("jac_sparsity is not supported by method 'lsoda'")
-    if jac is not None:
-        opts["jac"] = jac
+    opts = _jacobian_options(method, jac, jac_sparsity)
     sol = solve_ivp(
         fun,
         (float(times[0]), float(times[-1])),

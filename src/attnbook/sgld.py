@@ -126,6 +126,60 @@ def _step_tensor(step_size, n_chains: int, like: torch.Tensor) -> torch.Tensor:
     return eta.reshape(-1, *([1] * (like.dim() - 1))) if eta.dim() else eta
 
 
+def _check_callables(potential, minibatch) -> None:
+    """Refuse a potential, or a minibatch sampler, that cannot be called."""
+    if not callable(potential):
+        raise TypeError(f"potential must be callable, got {type(potential).__name__}")
+    if minibatch is not None and not callable(minibatch):
+        raise TypeError(
+            f"minibatch must be callable or None, got {type(minibatch).__name__}"
+        )
+
+
+def _schedule(n_steps, burn_in, thin) -> tuple[int, int, int, int]:
+    """The checked ``(n_steps, burn_in, thin)`` and the number of samples kept."""
+    n_steps = check_positive_int(n_steps, "n_steps")
+    burn_in = check_positive_int(burn_in, "burn_in", minimum=0)
+    thin = check_positive_int(thin, "thin")
+    if burn_in >= n_steps:
+        raise ValueError(
+            f"burn_in ({burn_in}) must be smaller than n_steps ({n_steps})"
+        )
+    n_kept = (n_steps - burn_in) // thin
+    if n_kept < 1:
+        raise ValueError("no samples kept: increase n_steps or reduce burn_in/thin")
+    return n_steps, burn_in, thin, n_kept
+
+
+def _chain_potentials(potential, minibatch, theta, t: int, gen, n_chains: int):
+    """``U(θ)`` of every chain at step ``t`` (on that step's minibatch, if any)."""
+    U = potential(theta) if minibatch is None else potential(theta, minibatch(t, gen))
+    if not isinstance(U, torch.Tensor) or U.shape != (n_chains,):
+        raise ValueError(
+            f"potential must return a tensor of shape (n_chains,)=({n_chains},), "
+            f"got {getattr(U, 'shape', type(U).__name__)}"
+        )
+    return U
+
+
+def _diverged(
+    bad_since, t: int, check_every: int, eta, samples, steps, k_checked: int
+) -> SamplerDiverged:
+    """The error for the chains ``bad_since`` found non-finite at step ``t`` (checked
+    every ``check_every`` steps), with the ``k_checked`` samples kept before."""
+    chains = bad_since.nonzero().flatten().tolist()
+    first = max(t + 1 - check_every, 0)
+    when = f"step {t}" if check_every == 1 else f"steps {first}–{t}"
+    return SamplerDiverged(
+        f"SGLD diverged at {when}: chain(s) {chains[:10]}"
+        f"{'…' if len(chains) > 10 else ''} became non-finite (step_size "
+        f"max {float(eta.max()):.3g}); try a smaller step_size",
+        time=t,
+        partial=samples[:k_checked].clone(),
+        times=steps[:k_checked].clone(),
+    )
+
+
 def sample(
     potential: Callable,
     init,
@@ -176,27 +230,13 @@ def sample(
         When any chain becomes non-finite; the message names the chains and the step, and
         ``partial`` holds the samples kept before.
     """
-    if not callable(potential):
-        raise TypeError(f"potential must be callable, got {type(potential).__name__}")
-    if minibatch is not None and not callable(minibatch):
-        raise TypeError(
-            f"minibatch must be callable or None, got {type(minibatch).__name__}"
-        )
+    _check_callables(potential, minibatch)
     theta = as_tensor(init, "init").detach().clone()
     if theta.dim() < 1:
         raise ValueError("init must have shape (n_chains, ...), got a scalar")
     check_finite(theta, "init")
     n_chains = theta.shape[0]
-    n_steps = check_positive_int(n_steps, "n_steps")
-    burn_in = check_positive_int(burn_in, "burn_in", minimum=0)
-    thin = check_positive_int(thin, "thin")
-    if burn_in >= n_steps:
-        raise ValueError(
-            f"burn_in ({burn_in}) must be smaller than n_steps ({n_steps})"
-        )
-    n_kept = (n_steps - burn_in) // thin
-    if n_kept < 1:
-        raise ValueError("no samples kept: increase n_steps or reduce burn_in/thin")
+    n_steps, burn_in, thin, n_kept = _schedule(n_steps, burn_in, thin)
     gen = as_generator(seed, theta.device)
     eta = _step_tensor(step_size, n_chains, theta)
     noise_scale = torch.sqrt(eta)
@@ -217,16 +257,7 @@ def sample(
     k = k_checked = 0
     for t in iterator:
         theta.requires_grad_(True)
-        U = (
-            potential(theta)
-            if minibatch is None
-            else potential(theta, minibatch(t, gen))
-        )
-        if not isinstance(U, torch.Tensor) or U.shape != (n_chains,):
-            raise ValueError(
-                f"potential must return a tensor of shape (n_chains,)=({n_chains},), "
-                f"got {getattr(U, 'shape', type(U).__name__)}"
-            )
+        U = _chain_potentials(potential, minibatch, theta, t, gen, n_chains)
         (grad,) = torch.autograd.grad(U.sum(), theta)  # no side effect on other leaves
         with torch.no_grad():
             theta = theta.detach()
@@ -240,16 +271,8 @@ def sample(
             bad_since |= bad
             if (t + 1) % check_every == 0 or t + 1 == n_steps:
                 if bool(bad_since.any()):
-                    chains = bad_since.nonzero().flatten().tolist()
-                    first = max(t + 1 - check_every, 0)
-                    when = f"step {t}" if check_every == 1 else f"steps {first}–{t}"
-                    raise SamplerDiverged(
-                        f"SGLD diverged at {when}: chain(s) {chains[:10]}"
-                        f"{'…' if len(chains) > 10 else ''} became non-finite (step_size "
-                        f"max {float(eta.max()):.3g}); try a smaller step_size",
-                        time=t,
-                        partial=samples[:k_checked].clone(),
-                        times=steps[:k_checked].clone(),
+                    raise _diverged(
+                        bad_since, t, check_every, eta, samples, steps, k_checked
                     )
                 k_checked = k
             if t >= burn_in and (t - burn_in) % thin == 0 and k < n_kept:

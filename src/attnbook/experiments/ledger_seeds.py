@@ -406,6 +406,69 @@ register(
 ARCHIVE = "results/ledger-seeds"
 
 
+def _inputs_now(chapter: str, root: Path) -> dict:
+    """A chapter's inputs now ({} for a chapter no longer in the book)."""
+    try:
+        return chapter_inputs(chapter, root)
+    except ValueError:  # a chapter no longer in the book
+        return {}
+
+
+def _new_chapter_summary() -> dict:
+    return {
+        "ids": [],
+        "seeds": [],
+        "commits": set(),
+        "stale": False,
+        "failed_cells": {},
+    }
+
+
+def _add_chapter_point(ch: dict, seed, meta: dict, arr, inputs_now: dict) -> None:
+    """Count one finished point (one seed) in its chapter's summary ``ch``."""
+    ch["seeds"].append(seed)
+    ch["commits"].add((meta.get("git_commit") or "?").split("+")[0][:12])
+    ch["stale"] |= (meta.get("inputs") or {}) != inputs_now
+    for cell, err in zip(arr["failed_cell"].tolist(), arr["failed_error"].tolist()):
+        ch["failed_cells"].setdefault(int(cell), []).append((seed, err))
+
+
+def _add_claims_point(claims: dict, ch: dict, chapter: str, seed, arr) -> None:
+    """Count one point's claims in ``claims``, their ids in its chapter's ``ids``."""
+    for i, cid in enumerate(arr["claim"].tolist()):
+        if cid not in ch["ids"]:
+            ch["ids"].append(cid)
+        c = claims.setdefault(
+            (chapter, cid),
+            {"passed": 0, "n": 0, "margins": [], "values": [], "failed_seeds": []},
+        )
+        ok = bool(arr["claim_passed"][i])
+        c["passed"] += ok
+        c["margins"].append(float(arr["claim_margin"][i]))
+        c["values"].append(
+            (
+                seed,
+                float(arr["claim_low"][i]),
+                float(arr["claim_measured"][i]),
+                float(arr["claim_high"][i]),
+            )
+        )
+        if not ok:
+            c["failed_seeds"].append(seed)
+
+
+def _add_checks_point(checks: dict, chapter: str, seed, arr) -> None:
+    """Count one point's asserting cells in ``checks``."""
+    for cell, ok in zip(arr["check_cell"].tolist(), arr["check_passed"].tolist()):
+        k = checks.setdefault(
+            (chapter, int(cell)), {"passed": 0, "n": 0, "failed_seeds": []}
+        )
+        k["passed"] += bool(ok)
+        k["n"] += 1
+        if not ok:
+            k["failed_seeds"].append(seed)
+
+
 def sweep_summary(directory=None, root=None, *, missing_ok: bool = False) -> dict:
     """The sweep of a run directory, by chapter and claim (reads points as they finish).
 
@@ -440,53 +503,11 @@ def sweep_summary(directory=None, root=None, *, missing_ok: bool = False) -> dic
         arr = read_point(directory, p["hash"])
         meta = read_point_meta(directory, p["hash"])
         if chapter not in current:
-            try:
-                current[chapter] = chapter_inputs(chapter, root)
-            except ValueError:  # a chapter no longer in the book
-                current[chapter] = {}
-        ch = chapters.setdefault(
-            chapter,
-            {
-                "ids": [],
-                "seeds": [],
-                "commits": set(),
-                "stale": False,
-                "failed_cells": {},
-            },
-        )
-        ch["seeds"].append(seed)
-        ch["commits"].add((meta.get("git_commit") or "?").split("+")[0][:12])
-        ch["stale"] |= (meta.get("inputs") or {}) != current[chapter]
-        for cell, err in zip(arr["failed_cell"].tolist(), arr["failed_error"].tolist()):
-            ch["failed_cells"].setdefault(int(cell), []).append((seed, err))
-        for i, cid in enumerate(arr["claim"].tolist()):
-            if cid not in ch["ids"]:
-                ch["ids"].append(cid)
-            c = claims.setdefault(
-                (chapter, cid),
-                {"passed": 0, "n": 0, "margins": [], "values": [], "failed_seeds": []},
-            )
-            ok = bool(arr["claim_passed"][i])
-            c["passed"] += ok
-            c["margins"].append(float(arr["claim_margin"][i]))
-            c["values"].append(
-                (
-                    seed,
-                    float(arr["claim_low"][i]),
-                    float(arr["claim_measured"][i]),
-                    float(arr["claim_high"][i]),
-                )
-            )
-            if not ok:
-                c["failed_seeds"].append(seed)
-        for cell, ok in zip(arr["check_cell"].tolist(), arr["check_passed"].tolist()):
-            k = checks.setdefault(
-                (chapter, int(cell)), {"passed": 0, "n": 0, "failed_seeds": []}
-            )
-            k["passed"] += bool(ok)
-            k["n"] += 1
-            if not ok:
-                k["failed_seeds"].append(seed)
+            current[chapter] = _inputs_now(chapter, root)
+        ch = chapters.setdefault(chapter, _new_chapter_summary())
+        _add_chapter_point(ch, seed, meta, arr, current[chapter])
+        _add_claims_point(claims, ch, chapter, seed, arr)
+        _add_checks_point(checks, chapter, seed, arr)
     # a claim's n is the number of seeds its chapter was swept under: a claim that a seed
     # never reached (an earlier cell failed) counts as failed at that seed
     for (chapter, _), c in claims.items():

@@ -279,6 +279,67 @@ def compare_bitwise(got: np.ndarray, want: np.ndarray) -> Comparison:
     )
 
 
+def _compare_equal(got, want, max_abs, max_rel) -> Comparison:
+    """The ``exact`` rule, and any text: equal entries (NaN equals NaN)."""
+    eq = got == want
+    if got.dtype.kind in "fc" or want.dtype.kind in "fc":
+        eq = eq | (np.isnan(got.astype(float)) & np.isnan(want.astype(float)))
+    n = int((~np.asarray(eq)).sum())
+    ok = n == 0
+    return Comparison(
+        ok,
+        max_abs,
+        max_rel,
+        0.0 if ok else float("inf"),
+        "" if ok else f"{n} of {got.size} entries differ",
+    )
+
+
+def _compare_entries(rule: Rule, g, w, max_abs, max_rel, se_got, se_want) -> Comparison:
+    """The ``tolerance`` and ``stderr`` rules, entry by entry (``g``, ``w`` float64)."""
+    fin = np.isfinite(w)
+    d = np.abs(g[fin] - w[fin])
+    allowed = rule.atol + rule.rtol * np.abs(w[fin])
+    if rule.kind == "stderr":
+        if se_got is None or se_want is None:
+            return Comparison(
+                False,
+                max_abs,
+                max_rel,
+                float("inf"),
+                f"no {rule.se!r} to compare by",
+            )
+        s2 = np.asarray(se_got, float) ** 2 + np.asarray(se_want, float) ** 2
+        allowed = allowed + rule.k * np.sqrt(np.broadcast_to(s2, w.shape)[fin])
+    return _bounded(d, allowed, max_abs, max_rel, "entries")
+
+
+def _compare_means(rule: Rule, g, w, dims, max_abs, max_rel) -> Comparison:
+    """The ``ensemble`` rule: the mean over ``rule.dim`` of the finite entries, at every
+    other index, within ``k`` standard errors (float64 ``g`` and ``w``)."""
+    if rule.dim not in dims:
+        return Comparison(
+            False,
+            max_abs,
+            max_rel,
+            float("inf"),
+            f"no dimension {rule.dim!r} in {dims}",
+        )
+    axis = dims.index(rule.dim)
+    fin = np.isfinite(w)
+    n = fin.sum(axis)
+    g0, w0 = np.where(fin, g, 0.0), np.where(fin, w, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mg, mw = g0.sum(axis) / n, w0.sum(axis) / n
+        vg = np.where(fin, (g0 - np.expand_dims(mg, axis)) ** 2, 0).sum(axis) / (n - 1)
+        vw = np.where(fin, (w0 - np.expand_dims(mw, axis)) ** 2, 0).sum(axis) / (n - 1)
+        se = np.sqrt((vg + vw) / n)
+    keep = n > 1
+    d = np.abs(mg - mw)[keep]
+    allowed = rule.k * se[keep] + rule.atol + rule.rtol * np.abs(mw[keep])
+    return _bounded(d, allowed, max_abs, max_rel, f"means over {rule.dim}")
+
+
 def compare(
     rule: Rule,
     got,
@@ -315,59 +376,13 @@ def compare(
     # text (claim ids, error messages) has no size of difference: only equal or not
     max_abs, max_rel = _diffs(got, want) if numeric else (0.0, 0.0)
     if rule.kind == "exact" or not numeric:
-        eq = got == want
-        if got.dtype.kind in "fc" or want.dtype.kind in "fc":
-            eq = eq | (np.isnan(got.astype(float)) & np.isnan(want.astype(float)))
-        n = int((~np.asarray(eq)).sum())
-        ok = n == 0
-        return Comparison(
-            ok,
-            max_abs,
-            max_rel,
-            0.0 if ok else float("inf"),
-            "" if ok else f"{n} of {got.size} entries differ",
-        )
+        return _compare_equal(got, want, max_abs, max_rel)
     if msg := _nonfinite_mismatch(got, want):
         return Comparison(False, max_abs, max_rel, float("inf"), msg)
     g, w = got.astype(np.float64), want.astype(np.float64)
     if rule.kind in ("tolerance", "stderr"):
-        fin = np.isfinite(w)
-        d = np.abs(g[fin] - w[fin])
-        allowed = rule.atol + rule.rtol * np.abs(w[fin])
-        if rule.kind == "stderr":
-            if se_got is None or se_want is None:
-                return Comparison(
-                    False,
-                    max_abs,
-                    max_rel,
-                    float("inf"),
-                    f"no {rule.se!r} to compare by",
-                )
-            s2 = np.asarray(se_got, float) ** 2 + np.asarray(se_want, float) ** 2
-            allowed = allowed + rule.k * np.sqrt(np.broadcast_to(s2, w.shape)[fin])
-        return _bounded(d, allowed, max_abs, max_rel, "entries")
-    # ensemble: the mean over `dim` of the finite entries, at every other index
-    if rule.dim not in dims:
-        return Comparison(
-            False,
-            max_abs,
-            max_rel,
-            float("inf"),
-            f"no dimension {rule.dim!r} in {dims}",
-        )
-    axis = dims.index(rule.dim)
-    fin = np.isfinite(w)
-    n = fin.sum(axis)
-    g0, w0 = np.where(fin, g, 0.0), np.where(fin, w, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mg, mw = g0.sum(axis) / n, w0.sum(axis) / n
-        vg = np.where(fin, (g0 - np.expand_dims(mg, axis)) ** 2, 0).sum(axis) / (n - 1)
-        vw = np.where(fin, (w0 - np.expand_dims(mw, axis)) ** 2, 0).sum(axis) / (n - 1)
-        se = np.sqrt((vg + vw) / n)
-    keep = n > 1
-    d = np.abs(mg - mw)[keep]
-    allowed = rule.k * se[keep] + rule.atol + rule.rtol * np.abs(mw[keep])
-    return _bounded(d, allowed, max_abs, max_rel, f"means over {rule.dim}")
+        return _compare_entries(rule, g, w, max_abs, max_rel, se_got, se_want)
+    return _compare_means(rule, g, w, dims, max_abs, max_rel)
 
 
 def _bounded(d, allowed, max_abs, max_rel, what: str) -> Comparison:

@@ -184,6 +184,19 @@ def _other_sources(store, finished: list[dict], prov: dict) -> list[str]:
     return sorted(others)
 
 
+def _check_device_dtype(device: str, dtype: str) -> None:
+    """Refuse an unknown device or dtype, and ``cuda`` where torch sees no GPU."""
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("device 'cuda' requested but torch sees no CUDA device")
+
+
 def run_sweep(
     name: str,
     scale: str,
@@ -216,15 +229,7 @@ def run_sweep(
     (finished points of another commit and not ``allow_mixed``),
     :class:`SchedulerUnreachable` or ``ValueError`` (bad device/dtype).
     """
-    if device not in DEVICES:
-        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ValueError("device 'cuda' requested but torch sees no CUDA device")
+    _check_device_dtype(device, dtype)
     exp = get(name)
     points = exp.points(scale, device=device, dtype=dtype)
     selected = _selection(exp.scale(scale).axes, only)

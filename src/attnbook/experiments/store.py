@@ -511,6 +511,59 @@ def _attr(value):
     return value
 
 
+def _read_points(directory, store: RunStore, man: dict):
+    """``(arrays, wall_s, damaged)``: the arrays of each finished point by index, their
+    total ``wall_s``, and the damaged points (an .npz NumPy cannot read included)."""
+    axes = man["axes"]
+    got, wall, bad = {}, 0.0, []
+    for p in man["points"]:
+        state, reason = store.state(p["hash"])
+        if state == DONE:
+            try:
+                arrays = read_point(directory, p["hash"])
+            except (OSError, ValueError, EOFError) as err:  # whole, yet not an .npz
+                state, reason = DAMAGED, f"the .npz is not readable ({err})"
+            else:
+                got[tuple(p["index"])] = arrays
+                wall += float(read_point_meta(directory, p["hash"]).get("wall_s", 0.0))
+        if state == DAMAGED:
+            where = {a: axes[a][i] for a, i in zip(axes, p["index"])}
+            bad.append(
+                {
+                    "index": p["index"],
+                    "axes": where,
+                    "hash": p["hash"],
+                    "reason": reason,
+                }
+            )
+    return got, wall, bad
+
+
+def _filled_output(name: str, got: dict, shape: tuple, n_points: int):
+    """``(array, inner shape)``: output ``name`` over the sweep axes and its own
+    dimensions, NaN (or "" for text) where a point is not finished or its output is
+    shorter than the longest (then an integer output becomes float64)."""
+    arrs = [a[name] for a in got.values() if name in a]
+    ndim = max(a.ndim for a in arrs)
+    inner = tuple(
+        max(a.shape[i] if a.ndim == ndim else 0 for a in arrs) for i in range(ndim)
+    )
+    complete = len(arrs) == n_points and all(a.shape == inner for a in arrs)
+    dtype = np.result_type(*arrs)
+    text = dtype.kind in "US"
+    if not complete and not text and not np.issubdtype(dtype, np.floating):
+        dtype = np.float64
+    full = (
+        np.empty(shape + inner, dtype)
+        if complete
+        else np.full(shape + inner, "" if text else np.nan, dtype)
+    )
+    for idx, a in got.items():
+        if name in a:
+            full[idx + tuple(slice(0, s) for s in a[name].shape)] = a[name]
+    return full, inner
+
+
 def load(directory, *, damaged: str = "raise"):
     """The finished points of a run as an ``xarray.Dataset``.
 
@@ -535,27 +588,7 @@ def load(directory, *, damaged: str = "raise"):
     axes = man["axes"]
     shape = tuple(len(v) for v in axes.values())
     dims_of = man.get("outputs_dims", {})
-    got, wall, bad = {}, 0.0, []
-    for p in man["points"]:
-        state, reason = store.state(p["hash"])
-        if state == DONE:
-            try:
-                arrays = read_point(directory, p["hash"])
-            except (OSError, ValueError, EOFError) as err:  # whole, yet not an .npz
-                state, reason = DAMAGED, f"the .npz is not readable ({err})"
-            else:
-                got[tuple(p["index"])] = arrays
-                wall += float(read_point_meta(directory, p["hash"]).get("wall_s", 0.0))
-        if state == DAMAGED:
-            where = {a: axes[a][i] for a, i in zip(axes, p["index"])}
-            bad.append(
-                {
-                    "index": p["index"],
-                    "axes": where,
-                    "hash": p["hash"],
-                    "reason": reason,
-                }
-            )
+    got, wall, bad = _read_points(directory, store, man)
     if bad:
         message = _damage_message(directory, bad)
         if damaged == "raise":
@@ -565,26 +598,8 @@ def load(directory, *, damaged: str = "raise"):
     data_vars = {}
     inner_sizes: dict[str, int] = {}
     for name in names_:
-        arrs = [a[name] for a in got.values() if name in a]
-        ndim = max(a.ndim for a in arrs)
-        inner = tuple(
-            max(a.shape[i] if a.ndim == ndim else 0 for a in arrs) for i in range(ndim)
-        )
-        complete = len(arrs) == len(man["points"]) and all(
-            a.shape == inner for a in arrs
-        )
-        dtype = np.result_type(*arrs)
-        text = dtype.kind in "US"
-        if not complete and not text and not np.issubdtype(dtype, np.floating):
-            dtype = np.float64
-        full = (
-            np.empty(shape + inner, dtype)
-            if complete
-            else np.full(shape + inner, "" if text else np.nan, dtype)
-        )
-        for idx, a in got.items():
-            if name in a:
-                full[idx + tuple(slice(0, s) for s in a[name].shape)] = a[name]
+        full, inner = _filled_output(name, got, shape, len(man["points"]))
+        ndim = len(inner)
         inner_dims = list(dims_of.get(name, []))[:ndim]
         inner_dims += [f"{name}_{i}" for i in range(len(inner_dims), ndim)]
         data_vars[name] = (list(axes) + inner_dims, full)

@@ -58,46 +58,61 @@ def _t(x, name: str) -> torch.Tensor:
     return torch.as_tensor(as_float64_array(x, name))
 
 
+def _l2_params(d: int, A, Q, K):
+    """``(KᵀQ, KᵀK)`` of the ℓ² kernel :math:`e^{-|Qx - Ky|^2}`, with a head axis."""
+    if A is not None or Q is None or K is None:
+        raise ValueError("kind 'l2' takes Q and K (kernel e^{-|Qx - Ky|²}), not A")
+    Qt, Kt = _t(Q, "Q"), _t(K, "K")
+    if Qt.shape != Kt.shape or Qt.ndim not in (2, 3) or Qt.shape[-1] != d:
+        raise ValueError(
+            f"Q and K must have one shape (k, {d}) or (B, k, {d}), got "
+            f"{tuple(Qt.shape)} and {tuple(Kt.shape)}"
+        )
+    return (Kt.mT @ Qt).unsqueeze(-3), (Kt.mT @ Kt).unsqueeze(-3)
+
+
+def _score_matrices(kind: str, d: int, A, Q, K) -> torch.Tensor:
+    """``A`` of softmax, multi-head softmax or Sinkhorn, with a head axis."""
+    if A is None or Q is not None or K is not None:
+        raise ValueError(f"kind {kind!r} takes A, not Q and K")
+    At = _t(A, "A")
+    want = (3, 4) if kind == "multihead" else (2, 3)
+    if At.ndim not in want or At.shape[-2:] != (d, d):
+        form = (
+            "(H, d, d) or (B, H, d, d)"
+            if kind == "multihead"
+            else "(d, d) or (B, d, d)"
+        )
+        raise ValueError(f"A must be {form} with d = {d}, got {tuple(At.shape)}")
+    if kind != "multihead":
+        At = At.unsqueeze(-3)
+    return At
+
+
+def _value_matrices(kind: str, d: int, V, At: torch.Tensor) -> torch.Tensor:
+    """``V`` (default: the identity) with a head axis, one matrix per head of ``At``."""
+    if V is None:
+        eye = torch.eye(d, dtype=torch.float64)
+        return eye.expand(*At.shape[:-2], d, d)
+    Vt = _t(V, "V")
+    if Vt.shape[-2:] != (d, d):
+        raise ValueError(f"V must end in ({d}, {d}), got {tuple(Vt.shape)}")
+    if kind != "multihead":
+        Vt = Vt.unsqueeze(-3)
+    if Vt.shape[-3] != At.shape[-3]:
+        raise ValueError(
+            f"V must have one matrix per head ({At.shape[-3]}), got {Vt.shape[-3]}"
+        )
+    return Vt
+
+
 def _params(kind: str, d: int, A, V, Q, K):
     """Validated parameters with a head axis: ``A, V, G`` of shape ``(..., H, d, d)``."""
-    eye = torch.eye(d, dtype=torch.float64)
     if kind == "l2":
-        if A is not None or Q is None or K is None:
-            raise ValueError("kind 'l2' takes Q and K (kernel e^{-|Qx - Ky|²}), not A")
-        Qt, Kt = _t(Q, "Q"), _t(K, "K")
-        if Qt.shape != Kt.shape or Qt.ndim not in (2, 3) or Qt.shape[-1] != d:
-            raise ValueError(
-                f"Q and K must have one shape (k, {d}) or (B, k, {d}), got "
-                f"{tuple(Qt.shape)} and {tuple(Kt.shape)}"
-            )
-        At, G = (Kt.mT @ Qt).unsqueeze(-3), (Kt.mT @ Kt).unsqueeze(-3)
+        At, G = _l2_params(d, A, Q, K)
     else:
-        if A is None or Q is not None or K is not None:
-            raise ValueError(f"kind {kind!r} takes A, not Q and K")
-        At, G = _t(A, "A"), None
-        want = (3, 4) if kind == "multihead" else (2, 3)
-        if At.ndim not in want or At.shape[-2:] != (d, d):
-            form = (
-                "(H, d, d) or (B, H, d, d)"
-                if kind == "multihead"
-                else "(d, d) or (B, d, d)"
-            )
-            raise ValueError(f"A must be {form} with d = {d}, got {tuple(At.shape)}")
-        if kind != "multihead":
-            At = At.unsqueeze(-3)
-    if V is None:
-        Vt = eye.expand(*At.shape[:-2], d, d)
-    else:
-        Vt = _t(V, "V")
-        if Vt.shape[-2:] != (d, d):
-            raise ValueError(f"V must end in ({d}, {d}), got {tuple(Vt.shape)}")
-        if kind != "multihead":
-            Vt = Vt.unsqueeze(-3)
-        if Vt.shape[-3] != At.shape[-3]:
-            raise ValueError(
-                f"V must have one matrix per head ({At.shape[-3]}), got {Vt.shape[-3]}"
-            )
-    return At, Vt, G
+        At, G = _score_matrices(kind, d, A, Q, K), None
+    return At, _value_matrices(kind, d, V, At), G
 
 
 def _rhs(S: torch.Tensor, kind: str, A, V, G) -> torch.Tensor:

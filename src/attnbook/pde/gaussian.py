@@ -320,6 +320,31 @@ def _crossing_test(rhs, y_M, t_M, t0, M, crossings, method, opts):
     )
 
 
+def _to_bound(rhs, first: BlowUpError, times, M_a: float, M: float, method, opts):
+    """``(Y, err_M)``: the states (torch) up to the crossing of ``M`` and the error
+    raised there, resuming from the crossing of ``M_a`` when its state is known
+    (``err_M`` None: the flow stays below ``M`` on the whole interval)."""
+    Y, err_M = (first.partial, first) if first.state is None else (None, None)
+    if Y is None:  # resume at the crossing of M / 100 towards M
+        try:
+            Y, err_M = _resume(rhs, first, times, M, method, opts)
+        except ValueError as err2:
+            raise _lost_psd(
+                err2, first.time, M_a, M, first.partial.numpy(), times
+            ) from None
+    return Y, err_M
+
+
+def _crossings(rhs, first: BlowUpError, err_M: BlowUpError, M_a: float, M: float):
+    """``[(bound, (t, |y|, g))]`` at each crossing of ``M_a`` and ``M`` whose state is
+    known (once only when the first error is the crossing of ``M`` itself)."""
+    crossings = []
+    for bound, e in ((M_a, first), (M, err_M)):
+        if e.state is not None and not (bound == M and e is first):
+            crossings.append((bound, _crossing(rhs, e.time, e.state)))
+    return crossings
+
+
 def _classify(rhs, y0: torch.Tensor, times: np.ndarray, M: float, method: str, opts):
     """Integrate to the bound ``M``; past it, tell a singularity from growth.
 
@@ -343,22 +368,12 @@ def _classify(rhs, y0: torch.Tensor, times: np.ndarray, M: float, method: str, o
             f"lost positive semi-definiteness through round-off before |entries| reached "
             f"{M_a:.1e} ({err}). Lower blowup_threshold."
         ) from None
-    Y, err_M = (first.partial, first) if first.state is None else (None, None)
-    if Y is None:  # resume at the crossing of M / 100 towards M
-        try:
-            Y, err_M = _resume(rhs, first, times, M, method, opts)
-        except ValueError as err2:
-            raise _lost_psd(
-                err2, first.time, M_a, M, first.partial.numpy(), times
-            ) from None
-        if err_M is None:
-            return Y.numpy(), "finite", None, None, None, "finite on the whole interval"
+    Y, err_M = _to_bound(rhs, first, times, M_a, M, method, opts)
+    if err_M is None:
+        return Y.numpy(), "finite", None, None, None, "finite on the whole interval"
     t_M = err_M.time
     Y = Y.numpy()
-    crossings = []  # (bound, (t, |y|, g)) at each crossing with its state
-    for bound, e in ((M_a, first), (M, err_M)):
-        if e.state is not None and not (bound == M and e is first):
-            crossings.append((bound, _crossing(rhs, e.time, e.state)))
+    crossings = _crossings(rhs, first, err_M, M_a, M)
     if len(crossings) == 2:
         q = _index(crossings[0][1], crossings[1][1])
         if q <= _GROWTH_INDEX:

@@ -186,6 +186,30 @@ class LinearSaddle:
     fluctuations: bool
 
 
+def _damped_newton(x, grad_hess, value, n_newton: int) -> torch.Tensor:
+    """Polish the rows of ``x`` (one minimisation per sample size) by up to ``n_newton``
+    Newton steps, each shifted to a positive definite Hessian and backtracked until it
+    does not raise ``value``."""
+    eye = torch.eye(2, dtype=torch.float64)
+    for _ in range(n_newton):
+        g, H = grad_hess(x)
+        lam_min = torch.linalg.eigvalsh(H)[:, 0]
+        shift = torch.clamp(-lam_min, min=0) * 1.1 + 1e-12 * H.abs().amax((-1, -2))
+        step = torch.linalg.solve(H + shift[:, None, None] * eye, g[..., None])[..., 0]
+        f0 = value(x)
+        t = torch.ones(len(x), dtype=torch.float64)
+        for _ in range(30):  # backtracking
+            ok = value(x - t[:, None] * step) <= f0
+            if bool(ok.all()):
+                break
+            t = torch.where(ok, t, t / 2)
+        x_new = x - t[:, None] * step
+        x = torch.where((value(x_new) <= f0)[:, None], x_new, x)
+        if float((t[:, None] * step).abs().max()) < 1e-13:
+            break
+    return x
+
+
 def linear_saddle(
     n_sequences, *, fluctuations: bool = False, n_newton: int = 30, **hyper
 ) -> LinearSaddle:
@@ -233,23 +257,7 @@ def linear_saddle(
     def value(x):
         return _action(x[:, 0], x[:, 1], P, hp, fluctuations)[0]
 
-    eye = torch.eye(2, dtype=torch.float64)
-    for _ in range(n_newton):
-        g, H = grad_hess(x)
-        lam_min = torch.linalg.eigvalsh(H)[:, 0]
-        shift = torch.clamp(-lam_min, min=0) * 1.1 + 1e-12 * H.abs().amax((-1, -2))
-        step = torch.linalg.solve(H + shift[:, None, None] * eye, g[..., None])[..., 0]
-        f0 = value(x)
-        t = torch.ones(len(P), dtype=torch.float64)
-        for _ in range(30):  # backtracking
-            ok = value(x - t[:, None] * step) <= f0
-            if bool(ok.all()):
-                break
-            t = torch.where(ok, t, t / 2)
-        x_new = x - t[:, None] * step
-        x = torch.where((value(x_new) <= f0)[:, None], x_new, x)
-        if float((t[:, None] * step).abs().max()) < 1e-13:
-            break
+    x = _damped_newton(x, grad_hess, value, n_newton)
     x = x * torch.where(x[:, :1] < 0, -1.0, 1.0)
     S, parts = _action(x[:, 0], x[:, 1], P, hp, fluctuations)
     _, H = grad_hess(x)
