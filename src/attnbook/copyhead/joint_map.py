@@ -57,8 +57,8 @@ def joint_map_heads(
 ) -> JointMap:
     """Adam on the negative log joint posterior of ``(G, W, b)`` (loss + Gaussian priors), from
     ``n_restarts`` random starts (all weights ``init_scale · N(0, 1)``) per data set.
-    ``priors``: ``sigma_w``, ``sigma_g``, ``sigma_b`` of :func:`attnbook.copyhead.prior_energy`
-    (default 1)."""
+    ``priors``: ``sigma_w``, ``sigma_g``, ``sigma_b`` of
+    :func:`attnbook.copyhead.model.prior_energy` (default 1)."""
     unknown = set(priors) - {"sigma_w", "sigma_g", "sigma_b"}
     if unknown:
         raise TypeError(f"unknown prior width(s) {sorted(unknown)}")
