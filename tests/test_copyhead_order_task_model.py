@@ -13,11 +13,11 @@ from attnbook.copyhead import (
     loss,
     order_parameters,
     pooling_matrix,
-    prior_energy,
     shift_matrix,
-    template_matrix,
     token_mse,
 )
+from attnbook.copyhead.model import prior_energy
+from attnbook.copyhead.order import template_matrix
 
 torch.set_num_threads(1)
 

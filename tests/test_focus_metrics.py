@@ -5,19 +5,23 @@ import pytest
 import torch
 
 from attnbook.focus import (
-    attention_distributions,
-    attention_entropy,
     attention_growth_rate,
-    attention_mixture,
-    embedding_pca,
-    growth_rate_fit,
     init_params,
     metrics,
     population_flow,
     stage_times,
+)
+from attnbook.focus.metrics import (
+    attention_distributions,
+    attention_entropy,
+    attention_kl,
+    embedding_pca,
+    growth_rate_fit,
+    singular_values,
+    stable_rank,
     trajectory_metrics,
 )
-from attnbook.focus.metrics import attention_kl, singular_values, stable_rank
+from attnbook.focus.population import attention_mixture
 from attnbook.markov import entropy, entropy_rate, lazy_chain, perturbed_chain
 
 torch.set_num_threads(1)

@@ -9,17 +9,17 @@ from attnbook.focus import (
     OneLayerTransformer,
     Params,
     TextWindows,
-    TrainResult,
     finite_forward,
-    finite_loss,
     init_params,
     population_flow,
     train,
 )
 from attnbook.focus.model import (
     TrainingDiverged,
+    TrainResult,
     _loss_and_grads,
     _losses_from_counts,
+    finite_loss,
     markov_context_loss,
 )
 from attnbook.markov import lazy_chain, perturbed_chain, sample_sequences

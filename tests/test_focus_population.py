@@ -7,7 +7,6 @@ import torch
 from attnbook.errors import BlowUpError
 from attnbook.focus import (
     FlowDiverged,
-    FlowResult,
     Params,
     gradient_descent,
     init_params,
@@ -17,7 +16,13 @@ from attnbook.focus import (
     population_loss,
 )
 from attnbook.focus.model import finite_loss, markov_context_loss
-from attnbook.focus.population import _gradient_np, _log_key_weights, pack, unpack
+from attnbook.focus.population import (
+    FlowResult,
+    _gradient_np,
+    _log_key_weights,
+    pack,
+    unpack,
+)
 from attnbook.markov import (
     entropy,
     lazy_chain,

@@ -11,9 +11,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from attnbook import pde  # noqa: E402
 from attnbook.pde import closed_forms as cf  # noqa: E402
 from attnbook.pde import figures as figs  # noqa: E402
+from attnbook.pde.gaussian import moment_field  # noqa: E402
 
 RNG = np.random.default_rng(3)
 D = 3
@@ -33,7 +33,7 @@ Q, K = RNG.normal(size=(2, 2, D))
     ],
 )
 def test_rhs_matches_the_symbolic_moment_field(kind, kw):
-    ref = pde.moment_field(kind, D, **kw)(np.zeros(D), S)[1]
+    ref = moment_field(kind, D, **kw)(np.zeros(D), S)[1]
     got = figs.covariance_rhs(S, kind=kind, **kw)
     assert isinstance(got, np.ndarray)
     np.testing.assert_allclose(got, ref, atol=1e-12)
@@ -47,7 +47,7 @@ def test_multihead_rhs_and_blocks():
     np.testing.assert_allclose(Ah[1], Kh[2:].T @ Qh[2:] / math.sqrt(2))
     np.testing.assert_allclose(Ch[0][2:], 0.0)
     S4 = np.eye(4) + 0.1
-    ref = pde.moment_field("multihead", 4, A=Ah, V=Ch, heads=2)(np.zeros(4), S4)[1]
+    ref = moment_field("multihead", 4, A=Ah, V=Ch, heads=2)(np.zeros(4), S4)[1]
     np.testing.assert_allclose(
         figs.covariance_rhs(S4, kind="multihead", A=Ah, V=Ch), ref, atol=1e-12
     )

@@ -11,19 +11,21 @@ import torch
 from attnbook import pde
 from attnbook.pde import closed_forms as cf
 from attnbook.pde import (
-    clustering_limit,
     covariance_flow,
     derive_moment_equations,
     gaussian_flow,
-    identity_value_blowup_time,
-    identity_value_covariance,
     moment_rhs,
     sample_gaussian,
+    simulate,
+    symbolic,
+)
+from attnbook.pde.closed_forms import (
+    clustering_limit,
+    identity_value_blowup_time,
+    identity_value_covariance,
     scalar_blowup_time,
     scalar_softmax_mean,
     scalar_softmax_variance,
-    simulate,
-    symbolic,
 )
 
 torch.set_num_threads(1)

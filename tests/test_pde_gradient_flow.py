@@ -17,7 +17,6 @@ from attnbook.pde import (
     metric_norm_sq,
     metric_tensor,
     moment_rhs,
-    partition_function,
     partition_gradient,
     sample_gaussian,
     sinkhorn_self_cost,
@@ -27,6 +26,7 @@ from attnbook.pde import (
     velocity,
     w2_particles,
 )
+from attnbook.pde.particles import partition_function
 
 torch.set_num_threads(1)
 RNG = np.random.default_rng(99)

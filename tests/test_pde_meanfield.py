@@ -8,7 +8,6 @@ from scipy.stats import norm
 from attnbook.pde import (
     coupling_distance,
     fit_rate,
-    gelbrich_distance,
     jackknife_slopes,
     one_sided_lipschitz,
     optimal_matching,
@@ -20,6 +19,7 @@ from attnbook.pde import (
     w2_particles_batch,
     w2_to_gaussian_1d,
 )
+from attnbook.pde.meanfield import gelbrich_distance
 
 torch.set_num_threads(1)
 RNG = np.random.default_rng(2024)

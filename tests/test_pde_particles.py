@@ -11,16 +11,18 @@ from attnbook.errors import BlowUpError
 from attnbook.pde import (
     KINDS,
     attention_matrix,
-    check_cloud,
     interaction_energy,
-    interaction_matrices,
     particle_masses,
-    partition_function,
-    prepare_inputs,
     sample_gaussian,
     simulate,
-    sink_weights,
     velocity,
+)
+from attnbook.pde.particles import (
+    check_cloud,
+    interaction_matrices,
+    partition_function,
+    prepare_inputs,
+    sink_weights,
 )
 
 torch.set_num_threads(1)

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnbook.pde import bures_wasserstein, conditional_w2, w2_particles
+from attnbook.pde import conditional_w2, w2_particles
+from attnbook.pde.wasserstein import bures_wasserstein
 
 RNG = np.random.default_rng(11)
 

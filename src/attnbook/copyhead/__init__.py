@@ -8,6 +8,8 @@
 * :mod:`~attnbook.copyhead.plots` — the part's figures.
 """
 
+# The package exports what the chapters, tools/, bench/ and the API page use through it;
+# the rest is imported from its module (attnbook.copyhead.model.prior_energy).
 from attnbook.copyhead import action
 from attnbook.copyhead.action import softmax_critical_length
 from attnbook.copyhead.model import (
@@ -15,7 +17,6 @@ from attnbook.copyhead.model import (
     forward,
     init_params,
     loss,
-    prior_energy,
     token_mse,
 )
 from attnbook.copyhead.order import (
@@ -24,7 +25,6 @@ from attnbook.copyhead.order import (
     order_parameters,
     pooling_matrix,
     shift_matrix,
-    template_matrix,
 )
 from attnbook.copyhead.task import (
     CopyStats,
@@ -40,7 +40,6 @@ __all__ = [
     "circulant_coverage",
     "shift_matrix",
     "pooling_matrix",
-    "template_matrix",
     "copy_task",
     "copy_statistics",
     "expected_statistics",
@@ -52,6 +51,5 @@ __all__ = [
     "init_params",
     "loss",
     "token_mse",
-    "prior_energy",
     "action",
 ]

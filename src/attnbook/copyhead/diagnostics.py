@@ -32,7 +32,7 @@ import torch
 from attnbook import sgld, train
 from attnbook.copyhead.action import marginal_potential, readouts
 from attnbook.copyhead.model import resolve_copy_kind
-from attnbook.copyhead.task import CopyStats
+from attnbook.copyhead.task import CopyStats, _check_stats
 from attnbook.device import as_generator
 from attnbook.validation import as_tensor, check_positive, check_positive_int
 
@@ -43,14 +43,6 @@ __all__ = [
     "step_halving",
     "observable_summary",
 ]
-
-
-def _check_stats(stats) -> CopyStats:
-    if not isinstance(stats, CopyStats):
-        raise TypeError(f"stats must be a CopyStats, got {type(stats).__name__}")
-    if stats.n_sequences.dim() != 1:
-        raise ValueError("stats must have one batch dimension (one data set per row)")
-    return stats
 
 
 def block_step_sizes(
@@ -173,6 +165,16 @@ class TargetChains:
         )
 
 
+def _batched_run(stats, kind, n_chains, seed):
+    """The checked arguments of a batched SGLD run on every target of ``stats``:
+    ``(kind, stats, n_chains, n_targets, d, generator)``, ``d`` the packed size."""
+    kind = resolve_copy_kind(kind)
+    stats = _check_stats(stats)
+    n_chains = check_positive_int(n_chains, "n_chains")
+    n_t, L = stats.n_sequences.shape[0], stats.seq_len
+    return kind, stats, n_chains, n_t, L * L + (kind == "linear"), as_generator(seed)
+
+
 def sgld_targets(
     stats: CopyStats,
     *,
@@ -193,12 +195,7 @@ def sgld_targets(
 
     Starting points are drawn from the prior scale (``init_scale · N(0, 1)``, the transverse
     directions' stationary width) unless ``init`` ``(n_chains · n_targets, d)`` is given."""
-    kind = resolve_copy_kind(kind)
-    stats = _check_stats(stats)
-    n_chains = check_positive_int(n_chains, "n_chains")
-    n_t, L = stats.n_sequences.shape[0], stats.seq_len
-    d = L * L + (kind == "linear")
-    gen = as_generator(seed)
+    kind, stats, n_chains, n_t, d, gen = _batched_run(stats, kind, n_chains, seed)
     every = stats.repeat(n_chains)
     if init is None:
         scale = check_positive(init_scale, "init_scale")
@@ -263,12 +260,7 @@ def step_halving(
 
     One run instead of two back to back: the sampler's cost per step grows far less than the
     number of chains at these sizes, so both halves cost little more than one."""
-    kind = resolve_copy_kind(kind)
-    stats = _check_stats(stats)
-    n_chains = check_positive_int(n_chains, "n_chains")
-    n_t, L = stats.n_sequences.shape[0], stats.seq_len
-    d = L * L + (kind == "linear")
-    gen = as_generator(seed)
+    kind, stats, n_chains, n_t, d, gen = _batched_run(stats, kind, n_chains, seed)
     both = stats.repeat(2)  # targets [s0 … s_{n-1}] at η, then the same at η/2
     scale = check_positive(init_scale, "init_scale")
     init = scale * torch.randn(

@@ -24,7 +24,7 @@ import numpy as np
 from attnbook import train
 from attnbook.copyhead.action import pack, readouts
 from attnbook.copyhead.model import init_params, loss, prior_energy, resolve_copy_kind
-from attnbook.copyhead.task import CopyStats
+from attnbook.copyhead.task import CopyStats, _check_stats
 from attnbook.validation import check_positive, check_positive_int
 
 __all__ = ["JointMap", "joint_map_heads"]
@@ -57,16 +57,13 @@ def joint_map_heads(
 ) -> JointMap:
     """Adam on the negative log joint posterior of ``(G, W, b)`` (loss + Gaussian priors), from
     ``n_restarts`` random starts (all weights ``init_scale · N(0, 1)``) per data set.
-    ``priors``: ``sigma_w``, ``sigma_g``, ``sigma_b`` of :func:`attnbook.copyhead.prior_energy`
-    (default 1)."""
+    ``priors``: ``sigma_w``, ``sigma_g``, ``sigma_b`` of
+    :func:`attnbook.copyhead.model.prior_energy` (default 1)."""
     unknown = set(priors) - {"sigma_w", "sigma_g", "sigma_b"}
     if unknown:
         raise TypeError(f"unknown prior width(s) {sorted(unknown)}")
     kind = resolve_copy_kind(kind)
-    if not isinstance(stats, CopyStats):
-        raise TypeError(f"stats must be a CopyStats, got {type(stats).__name__}")
-    if stats.n_sequences.dim() != 1:
-        raise ValueError("stats must have one batch dimension (one data set per row)")
+    stats = _check_stats(stats)
     n_restarts = check_positive_int(n_restarts, "n_restarts")
     scale = check_positive(init_scale, "init_scale")
     every = stats.repeat(n_restarts)

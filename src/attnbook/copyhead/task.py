@@ -132,6 +132,15 @@ class CopyStats:
         )
 
 
+def _check_stats(stats) -> CopyStats:
+    """``stats`` for a batched run: a :class:`CopyStats` with one data set per row."""
+    if not isinstance(stats, CopyStats):
+        raise TypeError(f"stats must be a CopyStats, got {type(stats).__name__}")
+    if stats.n_sequences.dim() != 1:
+        raise ValueError("stats must have one batch dimension (one data set per row)")
+    return stats
+
+
 def copy_statistics(X, Y=None) -> CopyStats:
     """Sufficient statistics of ``X`` (and targets ``Y``, default the copy targets of ``X``).
 

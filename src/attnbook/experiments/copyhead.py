@@ -332,8 +332,8 @@ def crossover_point(cfg: CrossoverConfig) -> dict[str, np.ndarray]:
         seed=as_generator(cfg.seed + 1),
     )
     shape = (cfg.n_p, cfg.n_data, 2)
-    keys = ("mean", "mcse", "var", "rhat", "ess")  # per target: P-major (p, data)
-    out = {k: np.asarray(res[k]).reshape(shape) for k in keys}
+    # per target: P-major (p, data)
+    out = {k: np.asarray(res[k]).reshape(shape) for k in _SGLD_SUMMARIES}
     # λ_max is chain-major: chain j of target i at j·n_t + i
     for name, lam in res.lambda_max.items():
         lam = lam.detach().cpu().numpy().reshape(cfg.n_chains, cfg.n_p, cfg.n_data)
@@ -350,6 +350,34 @@ def crossover_point(cfg: CrossoverConfig) -> dict[str, np.ndarray]:
 
 
 _T = ("p", "data", "obs")
+
+# the per-target summaries of an SGLD sweep (copyhead.diagnostics.observable_summary)
+_SGLD_SUMMARIES = ("mean", "mcse", "var", "rhat", "ess")
+
+
+def _sgld_summary_rules(reasons: dict[str, str]) -> dict:
+    """The re-check rules of the SGLD summaries, one home for every SGLD sweep here.
+
+    Another numeric path gives other chains: the means agree only within their Monte
+    Carlo errors (4 SE of the difference); the errors, variances and ESS only in size
+    (rtol 1, within a factor 2); R-hat, near 1 for converged chains, within 20 %. None
+    is measured across paths: a point takes minutes to hours, so the re-check runs it
+    shortened and compares only what is fixed before the sampler starts. ``reasons``:
+    each experiment's wording per summary (written into every run's manifest and the
+    registry, so kept as archived)."""
+    return {
+        "mean": within_stderr("mcse", 4.0, reason=reasons["mean"]),
+        "mcse": tolerance(1.0, reason=reasons["mcse"]),
+        "var": tolerance(1.0, reason=reasons["var"]),
+        "rhat": tolerance(0.2, reason=reasons["rhat"]),
+        "ess": tolerance(1.0, reason=reasons["ess"]),
+    }
+
+
+# the shortened re-check of every SGLD sweep: 40 steps, enough for what is fixed
+# before the sampler starts (the grid, the theory, the step rule's curvatures)
+_SGLD_SHORTEN = dict(n_steps=40, burn_in=10, thin=2)
+_TIMING = not_compared(reason="a timing: it differs on every run")
 
 # Re-check rules (attnbook.experiments.recheck), sized from tools/archive_paths.py: quick archived
 # points re-run on 4 numeric paths of an AMD EPYC (AVX-512) — its default, MKL_CBWR=COMPATIBLE,
@@ -388,41 +416,30 @@ CROSSOVER_RECHECK = Recheck(
             reason="measured equal on 4 numeric paths (1 point); the former test's "
             "1e-9 as a floor",
         ),
-        "mean": within_stderr(
-            "mcse",
-            4.0,
-            reason="SGLD means over 60 000 steps: another path gives other chains, so "
-            "the means agree within their Monte Carlo errors (4 SE of the difference); "
-            "not measured (a point takes 12–38 min; the re-check runs it shortened)",
+        **_sgld_summary_rules(
+            {
+                "mean": "SGLD means over 60 000 steps: another path gives other "
+                "chains, so the means agree within their Monte Carlo errors (4 SE of "
+                "the difference); not measured (a point takes 12–38 min; the re-check "
+                "runs it shortened)",
+                "mcse": "a Monte Carlo error of other chains: agrees in size only "
+                "(within a factor 2); not measured (the re-check runs the point "
+                "shortened)",
+                "var": "a posterior variance from other chains: agrees in size only "
+                "(within a factor 2); not measured (the re-check runs the point "
+                "shortened)",
+                "rhat": "R-hat of other chains: near 1 for converged chains (within 20 "
+                "%); not measured (the re-check runs the point shortened)",
+                "ess": "an effective sample size of other chains: agrees in size only "
+                "(within a factor 2); not measured (the re-check runs the point "
+                "shortened)",
+            }
         ),
-        "mcse": tolerance(
-            1.0,
-            reason="a Monte Carlo error of other chains: agrees in size only (within a "
-            "factor 2); not measured (the re-check runs the point shortened)",
-        ),
-        "var": tolerance(
-            1.0,
-            reason="a posterior variance from other chains: agrees in size only "
-            "(within "
-            "a factor 2); not measured (the re-check runs the point shortened)",
-        ),
-        "rhat": tolerance(
-            0.2,
-            reason="R-hat of other chains: near 1 for converged chains (within 20 "
-            "%); not "
-            "measured (the re-check runs the point shortened)",
-        ),
-        "ess": tolerance(
-            1.0,
-            reason="an effective sample size of other chains: agrees in size only "
-            "(within "
-            "a factor 2); not measured (the re-check runs the point shortened)",
-        ),
-        "steps_per_second": not_compared(reason="a timing: it differs on every run"),
+        "steps_per_second": _TIMING,
     },
     # every point takes 12–38 min: the re-check runs 40 SGLD steps and compares what is
     # fixed before the sampler starts (the grid, the theory, the step rule's curvatures)
-    shorten=dict(n_steps=40, burn_in=10, thin=2),
+    shorten=_SGLD_SHORTEN,
     shortened_outputs=("P", "p_saddle", "p_fluct", "level", "lambda_G", "lambda_b"),
 )
 
@@ -435,7 +452,7 @@ register(
         function=crossover_point,
         config=CrossoverConfig,
         dims={
-            **{k: _T for k in ("mean", "mcse", "var", "rhat", "ess")},
+            **{k: _T for k in _SGLD_SUMMARIES},
             **{f"lambda_{b}": ("p", "data", "chain") for b in ("G", "b")},
             "P": ("p",),
         },
@@ -578,7 +595,7 @@ def softmax_sgld_point(cfg: SoftmaxSgldConfig) -> dict[str, np.ndarray]:
     loss = _chain_loss(res.samples, stats.repeat(cfg.n_chains))
     loss = loss.reshape(a_G.shape)
     summary = diagnostics.observable_summary(np.stack([a_G, loss], -1))
-    out = {k: np.asarray(summary[k]) for k in ("mean", "mcse", "var", "rhat", "ess")}
+    out = {k: np.asarray(summary[k]) for k in _SGLD_SUMMARIES}
     out["a_G_cold"] = a_G[:, :half].mean((0, 1))
     out["a_G_hot"] = a_G[:, half:].mean((0, 1))
     lam = res.lambda_max["G"].detach().cpu().numpy()
@@ -594,14 +611,16 @@ _ADAM_FLOOR = (
     "optimizer on the same marginal), whose end states after a fixed number of steps "
     "amplify round-off chain by chain, so the mean over the data sets is compared"
 )
+# the grid and the theory's P*(L) of both softmax sweeps: fixed by the config
+_RATIO_GRID_RULES = {
+    "P": exact(reason="integers rounded from the closed-form P*(L) times fixed ratios"),
+    "p_star": tolerance(
+        1e-9, reason="the bisected root of the saddle's action gap; 1e-9 as a floor"
+    ),
+}
 SOFTMAX_MAP_RECHECK = Recheck(
     {
-        "P": exact(
-            reason="integers rounded from the closed-form P*(L) times fixed ratios"
-        ),
-        "p_star": tolerance(
-            1e-9, reason="the bisected root of the saddle's action gap; 1e-9 as a floor"
-        ),
+        **_RATIO_GRID_RULES,
         "action": ensemble_mean(
             "data", 3, rtol=3e-05, atol=0.004, reason="round-off" + _ADAM_FLOOR
         ),
@@ -615,48 +634,37 @@ SOFTMAX_MAP_RECHECK = Recheck(
 )
 
 _SGLD_NOT_SHORT = "not compared by the re-check, which runs the point shortened"
+# the SGLD summaries of copyhead-softmax-sgld and copyhead-linear-sgld, in their wording
+_SGLD_SUMMARY_RULES = _sgld_summary_rules(
+    {
+        "mean": "SGLD means: other chains agree within 4 SE; " + _SGLD_NOT_SHORT,
+        "mcse": "a Monte Carlo error, in size only; " + _SGLD_NOT_SHORT,
+        "var": "a posterior variance, in size only; " + _SGLD_NOT_SHORT,
+        "rhat": "R-hat of other chains, within 20 %; " + _SGLD_NOT_SHORT,
+        "ess": "an ESS, in size only (factor 2); " + _SGLD_NOT_SHORT,
+    }
+)
 SOFTMAX_SGLD_RECHECK = Recheck(
     {
-        "P": exact(
-            reason="integers rounded from the closed-form P*(L) times fixed ratios"
-        ),
-        "p_star": tolerance(
-            1e-9, reason="the bisected root of the saddle's action gap; 1e-9 as a floor"
-        ),
+        **_RATIO_GRID_RULES,
         "lambda_G": tolerance(
             2e-09,
             2e-08,
             reason="power iteration at the start and at a short Adam run's end, as in "
             "copyhead-sgld-crossover (measured worst 1.6e-10 relative there); 10× that",
         ),
-        "mean": within_stderr(
-            "mcse",
-            4.0,
-            reason="SGLD means: other chains agree within 4 SE; " + _SGLD_NOT_SHORT,
-        ),
-        "mcse": tolerance(
-            1.0, reason="a Monte Carlo error, in size only; " + _SGLD_NOT_SHORT
-        ),
-        "var": tolerance(
-            1.0, reason="a posterior variance, in size only; " + _SGLD_NOT_SHORT
-        ),
-        "rhat": tolerance(
-            0.2, reason="R-hat of other chains, within 20 %; " + _SGLD_NOT_SHORT
-        ),
-        "ess": tolerance(
-            1.0, reason="an ESS, in size only (factor 2); " + _SGLD_NOT_SHORT
-        ),
+        **_SGLD_SUMMARY_RULES,
         "a_G_cold": tolerance(
             1.0, reason="the cold chains' mean a_G, in size only; " + _SGLD_NOT_SHORT
         ),
         "a_G_hot": tolerance(
             1.0, reason="the hot chains' mean a_G, in size only; " + _SGLD_NOT_SHORT
         ),
-        "steps_per_second": not_compared(reason="a timing: it differs on every run"),
+        "steps_per_second": _TIMING,
     },
     # a point takes minutes: the re-check runs 40 steps and compares what is fixed before the
     # sampler starts (the grid, the theory, the step rule's curvatures)
-    shorten=dict(n_steps=40, burn_in=10, thin=2),
+    shorten=_SGLD_SHORTEN,
     shortened_outputs=("P", "p_star", "lambda_G"),
 )
 
@@ -687,7 +695,7 @@ register(
         "chains per target (two cold, two hot), R̂/ESS per target, L = 32–128, three seeds",
         function=softmax_sgld_point,
         config=SoftmaxSgldConfig,
-        dims={k: ("p", "obs") for k in ("mean", "mcse", "var", "rhat", "ess")}
+        dims={k: ("p", "obs") for k in _SGLD_SUMMARIES}
         | {"a_G_cold": ("p",), "a_G_hot": ("p",), "P": ("p",)}
         | {"lambda_G": ("p", "chain")},
         note="obs 0 = a_G, 1 = training loss of the posterior-mean readout; chains "
@@ -752,10 +760,7 @@ def linear_sgld_point(cfg: LinearSgldConfig) -> dict[str, np.ndarray]:
         seed=as_generator(cfg.seed + 1),
     )
     shape = (len(P), cfg.n_data, 2)  # targets are P-major (nested_statistics)
-    out = {
-        k: np.asarray(res[k]).reshape(shape)
-        for k in ("mean", "mcse", "var", "rhat", "ess")
-    }
+    out = {k: np.asarray(res[k]).reshape(shape) for k in _SGLD_SUMMARIES}
     loss = action.readouts(res.samples, stats.repeat(cfg.n_chains))["loss"]
     out["loss"] = (
         np.asarray(loss).reshape(-1, cfg.n_chains, len(P), cfg.n_data).mean((0, 1))
@@ -770,42 +775,23 @@ def linear_sgld_point(cfg: LinearSgldConfig) -> dict[str, np.ndarray]:
     return out
 
 
+_POWER_ITERATION = tolerance(
+    2e-09,
+    2e-08,
+    reason="power iteration, as in copyhead-softmax-sgld (10× the worst measured)",
+)
 LINEAR_SGLD_RECHECK = Recheck(
     {
         "P": exact(reason="the fixed grid LINEAR_SGLD_P"),
-        "lambda_G": tolerance(
-            2e-09,
-            2e-08,
-            reason="power iteration, as in copyhead-softmax-sgld (10× the worst measured)",
-        ),
-        "lambda_b": tolerance(
-            2e-09,
-            2e-08,
-            reason="power iteration, as in copyhead-softmax-sgld (10× the worst measured)",
-        ),
-        "mean": within_stderr(
-            "mcse",
-            4.0,
-            reason="SGLD means: other chains agree within 4 SE; " + _SGLD_NOT_SHORT,
-        ),
-        "mcse": tolerance(
-            1.0, reason="a Monte Carlo error, in size only; " + _SGLD_NOT_SHORT
-        ),
-        "var": tolerance(
-            1.0, reason="a posterior variance, in size only; " + _SGLD_NOT_SHORT
-        ),
-        "rhat": tolerance(
-            0.2, reason="R-hat of other chains, within 20 %; " + _SGLD_NOT_SHORT
-        ),
-        "ess": tolerance(
-            1.0, reason="an ESS, in size only (factor 2); " + _SGLD_NOT_SHORT
-        ),
+        "lambda_G": _POWER_ITERATION,
+        "lambda_b": _POWER_ITERATION,
+        **_SGLD_SUMMARY_RULES,
         "loss": tolerance(
             0.05, reason="the posterior-mean readout's loss, to 5 %; " + _SGLD_NOT_SHORT
         ),
-        "steps_per_second": not_compared(reason="a timing: it differs on every run"),
+        "steps_per_second": _TIMING,
     },
-    shorten=dict(n_steps=40, burn_in=10, thin=2),
+    shorten=_SGLD_SHORTEN,
     shortened_outputs=("P", "lambda_G", "lambda_b"),
 )
 
@@ -817,7 +803,7 @@ register(
         "five data sets, four chains per target, 24 000 steps, R̂/ESS per target, three seeds",
         function=linear_sgld_point,
         config=LinearSgldConfig,
-        dims={k: ("p", "data", "obs") for k in ("mean", "mcse", "var", "rhat", "ess")}
+        dims={k: ("p", "data", "obs") for k in _SGLD_SUMMARIES}
         | {"loss": ("p", "data"), "P": ("p",)}
         | {"lambda_G": ("p", "data", "chain"), "lambda_b": ("p", "data", "chain")},
         note="obs 0 = |m|, 1 = c_G aligned with the sign of m",

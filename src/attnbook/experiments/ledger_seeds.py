@@ -330,6 +330,15 @@ _NOT_COMPARED = (
     "a measured value of a claim: make test-numeric-paths bounds its move between numeric "
     "paths by a tenth of the claim's slack; its pass flag is compared exactly"
 )
+# the measured values of each claim (one per claim, beside its id and pass flag)
+_CLAIM_VALUES = (
+    "claim_measured",
+    "claim_low",
+    "claim_high",
+    "claim_margin",
+    "claim_discrimination",
+    "claim_slack",
+)
 
 register(
     Experiment(
@@ -349,19 +358,7 @@ register(
             "paper": Scale(axes={"chapter": _chapters(), "seed": tuple(range(3, 103))}),
         },
         dims={
-            **{
-                k: ("claim",)
-                for k in (
-                    "claim",
-                    "claim_passed",
-                    "claim_measured",
-                    "claim_low",
-                    "claim_high",
-                    "claim_margin",
-                    "claim_discrimination",
-                    "claim_slack",
-                )
-            },
+            **{k: ("claim",) for k in ("claim", "claim_passed", *_CLAIM_VALUES)},
             "check_cell": ("check",),
             "check_passed": ("check",),
             "failed_cell": ("failure",),
@@ -384,17 +381,7 @@ register(
                 "chapter_wall_s": not_compared(
                     reason="a timing: it depends on the machine and its load"
                 ),
-                **{
-                    k: not_compared(reason=_NOT_COMPARED)
-                    for k in (
-                        "claim_measured",
-                        "claim_low",
-                        "claim_high",
-                        "claim_margin",
-                        "claim_discrimination",
-                        "claim_slack",
-                    )
-                },
+                **{k: not_compared(reason=_NOT_COMPARED) for k in _CLAIM_VALUES},
             }
         ),
         inputs=ledger_seeds_inputs,

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from .. import pde
+from ..errors import BlowUpError
 from ..pde import figures as pde_figures
 from . import Experiment, Scale, register
 from .recheck import Recheck, exact, tolerance
@@ -85,7 +86,7 @@ def meanfield_point(cfg: MeanFieldConfig) -> dict[str, np.ndarray]:
         V=[[cfg.v]],
     )
     if len(ref.t) < 2:  # a singularity or growth past its threshold before T
-        raise pde.BlowUpError(
+        raise BlowUpError(
             f"the Gaussian solution leaves its bound before T = {cfg.T}: {ref.message}",
             time=ref.threshold_time,
         )

@@ -30,6 +30,8 @@ from .. import provenance as _prov
 from . import DEVICES, DTYPES, DirtyTree, MixedCommits, get, run_point
 from .store import (
     _now,
+    _point_axes,
+    _point_record,
     check_out_directory,
     open_store,
     provenance,
@@ -365,14 +367,7 @@ def stale_points(store, exp, finished: list[dict]) -> list[dict]:
             k for k in set(recorded) | set(now) if recorded.get(k) != now.get(k)
         )
         if changed:
-            out.append(
-                {
-                    "index": p["index"],
-                    "axes": {a: axes[a][i] for a, i in zip(axes, p["index"])},
-                    "hash": p["hash"],
-                    "changed": changed,
-                }
-            )
+            out.append(_point_record(axes, p, changed=changed))
     return out
 
 
@@ -421,7 +416,7 @@ def _compute(
                 "experiment": name,
                 "scale": scale,
                 "index": p["index"],
-                "axes": {a: axes[a][i] for a, i in zip(axes, p["index"])},
+                "axes": _point_axes(axes, p["index"]),
                 "config": p["config"],
                 "config_hash": p["hash"],
                 **prov,

@@ -132,6 +132,22 @@ def _write_json(path: Path, obj: dict) -> None:
     _atomic_write(path, lambda f: f.write(text.encode()))
 
 
+def _point_axes(axes: dict, index) -> dict:
+    """The axis values of a manifest point (``index``: its position on each axis)."""
+    return {a: axes[a][i] for a, i in zip(axes, index)}
+
+
+def _point_record(axes: dict, point: dict, **more) -> dict:
+    """A manifest point as the run reports list it (damaged, stale):
+    ``{"index", "axes", "hash", **more}``."""
+    index = point["index"]
+    return {
+        "index": index,
+        "axes": _point_axes(axes, index),
+        "hash": point["hash"],
+    } | more
+
+
 def read_manifest(directory) -> dict:
     """The manifest of a run directory (``FileNotFoundError`` / ``ValueError`` if unreadable)."""
     path = Path(directory) / MANIFEST
@@ -231,14 +247,7 @@ class RunStore:
         for p in self.manifest["points"]:
             state, reason = self.state(p["hash"])
             if state == DAMAGED:
-                out.append(
-                    {
-                        "index": p["index"],
-                        "axes": {a: axes[a][i] for a, i in zip(axes, p["index"])},
-                        "hash": p["hash"],
-                        "reason": reason,
-                    }
-                )
+                out.append(_point_record(axes, p, reason=reason))
         return out
 
     def write(self, h: str, arrays: dict, meta: dict) -> None:
@@ -434,7 +443,7 @@ def status(directory) -> dict:
     done, failed, damaged, wall = 0, [], [], 0.0
     for p in man["points"]:
         h = p["hash"]
-        where = {a: axes[a][i] for a, i in zip(axes, p["index"])}
+        where = _point_axes(axes, p["index"])
         state, reason = store.state(h)
         if state == DONE:
             done += 1
@@ -444,9 +453,7 @@ def status(directory) -> dict:
                 pass
             continue
         if state == DAMAGED:
-            damaged.append(
-                {"index": p["index"], "axes": where, "hash": h, "reason": reason}
-            )
+            damaged.append(_point_record(axes, p, reason=reason))
             continue
         if store.error_path(h).is_file():
             try:

@@ -30,7 +30,7 @@ import numpy as np
 from .. import provenance as _prov
 from . import get, run_point
 from .recheck import Recheck, compare, compare_bitwise
-from .store import read_manifest, read_point, read_point_meta
+from .store import _point_axes, read_manifest, read_point, read_point_meta
 
 __all__ = [
     "QUICK_S",
@@ -304,7 +304,7 @@ def verify_point(
         directory=str(directory),
         experiment=man["experiment"],
         index=point["index"],
-        axes={a: axes[a][i] for a, i in zip(axes, point["index"])},
+        axes=_point_axes(axes, point["index"]),
         hash=point["hash"],
         mode=mode,
         archived_key=archived_key,

@@ -12,29 +12,20 @@ Learning Process of Attention* (arXiv 2605.01199, ICML 2026); the formulas here 
 reconstruction for the model stated in :mod:`~attnbook.focus.population`.
 """
 
+# The package exports what the chapters, tools/, bench/ and the API page use through it;
+# the rest is imported from its module (attnbook.focus.metrics.attention_entropy).
 from ..errors import FlowDiverged, TrainingDiverged
-from .metrics import (
-    attention_distributions,
-    attention_entropy,
-    embedding_pca,
-    growth_rate_fit,
-    stage_times,
-    trajectory_metrics,
-)
+from .metrics import stage_times
 from .model import (
     MarkovWindows,
     OneLayerTransformer,
     TextWindows,
-    TrainResult,
     finite_forward,
-    finite_loss,
     markov_context_loss,
     train,
 )
 from .population import (
-    FlowResult,
     Params,
-    attention_mixture,
     gradient_descent,
     init_params,
     population_flow,
@@ -57,10 +48,8 @@ __all__ = [
     "population_hessian",
     "population_flow",
     "gradient_descent",
-    "attention_mixture",
     "init_params",
     "Params",
-    "FlowResult",
     "FlowDiverged",
     "condensation_directions",
     "condensation_rate",
@@ -70,15 +59,8 @@ __all__ = [
     "MarkovWindows",
     "TextWindows",
     "train",
-    "TrainResult",
     "finite_forward",
-    "finite_loss",
     "markov_context_loss",
     "TrainingDiverged",
-    "trajectory_metrics",
-    "attention_distributions",
-    "attention_entropy",
-    "embedding_pca",
-    "growth_rate_fit",
     "stage_times",
 ]

@@ -12,15 +12,9 @@
   Bures–Wasserstein gradient flow, W₂ geodesics.
 """
 
-from . import plots
-from .closed_forms import (
-    clustering_limit,
-    identity_value_blowup_time,
-    identity_value_covariance,
-    scalar_blowup_time,
-    scalar_softmax_mean,
-    scalar_softmax_variance,
-)
+# The package exports what the chapters, tools/, bench/ and the API page use through it;
+# the rest is imported from its module (attnbook.pde.particles.sink_weights).
+from . import closed_forms, plots  # noqa: F401  (pde.closed_forms stays an attribute)
 from .clouds import (
     eigenvalue_ratio,
     empirical_cov,
@@ -28,16 +22,10 @@ from .clouds import (
     trace_one_circle,
 )
 from .gaussian import (
-    GAUSSIAN_FLOW_KINDS,
-    CovarianceFlow,
-    GaussianFlow,
-    check_covariance,
     covariance_flow,
     gaussian_flow,
-    moment_field,
 )
 from .gradient_flow import (
-    EnergyBalance,
     bures_wasserstein_rhs,
     displacement_interpolation,
     energy_balance,
@@ -57,10 +45,8 @@ from .gradient_flow import (
     weighted_field_jacobian_fd,
 )
 from .meanfield import (
-    RateFit,
     coupling_distance,
     fit_rate,
-    gelbrich_distance,
     jackknife_slopes,
     one_sided_lipschitz,
     optimal_matching,
@@ -73,24 +59,16 @@ from .meanfield import (
 )
 from .particles import (
     KINDS,
-    AttentionParams,
-    BlowUpError,
     attention_matrix,
-    check_cloud,
     interaction_energy,
-    interaction_matrices,
     particle_masses,
-    partition_function,
-    prepare_inputs,
-    resolve_params,
     sample_gaussian,
     simulate,
-    sink_weights,
     velocity,
 )
 from .quadrature import affine_residual, velocity_on_gaussian_1d
 from .symbolic import closed_form_gaps, derive_moment_equations, moment_rhs
-from .wasserstein import bures_wasserstein, conditional_w2, w2_particles
+from .wasserstein import conditional_w2, w2_particles
 
 __all__ = [
     "plots",
@@ -102,43 +80,21 @@ __all__ = [
     "numerical_rank",
     "trace_one_circle",
     "KINDS",
-    "AttentionParams",
-    "BlowUpError",
     "attention_matrix",
-    "check_cloud",
     "interaction_energy",
-    "interaction_matrices",
     "particle_masses",
-    "prepare_inputs",
-    "partition_function",
-    "resolve_params",
     "sample_gaussian",
     "simulate",
-    "sink_weights",
     "velocity",
-    "GAUSSIAN_FLOW_KINDS",
-    "CovarianceFlow",
-    "GaussianFlow",
-    "check_covariance",
     "covariance_flow",
     "gaussian_flow",
-    "moment_field",
     "derive_moment_equations",
     "moment_rhs",
-    "clustering_limit",
-    "identity_value_blowup_time",
-    "identity_value_covariance",
-    "scalar_blowup_time",
-    "scalar_softmax_mean",
-    "scalar_softmax_variance",
-    "bures_wasserstein",
     "conditional_w2",
     "w2_particles",
-    "RateFit",
     "coupling_distance",
     "fit_rate",
     "jackknife_slopes",
-    "gelbrich_distance",
     "one_sided_lipschitz",
     "optimal_matching",
     "particle_jacobian",
@@ -147,7 +103,6 @@ __all__ = [
     "two_sample_rates",
     "w2_particles_batch",
     "w2_to_gaussian_1d",
-    "EnergyBalance",
     "bures_wasserstein_rhs",
     "displacement_interpolation",
     "energy_balance",

@@ -109,11 +109,11 @@ def gaussian_view(
     r"""Integrate :math:`\Sigma(t)` from :math:`N(0, \Sigma_0)` on ``[0, t_max]`` and name its fate.
 
     ``kind``: one of :data:`EXPLORER_KINDS` (ℓ² with :math:`Q = A`, :math:`K = I`). The fate
-    is the package's (:class:`attnbook.pde.GaussianFlow`): ``"blow-up"`` for a finite-time
-    singularity, ``"growth"`` for unbounded growth that takes infinite time, ``"bounded"``
-    when the flow stays below the threshold on the window (``n_decaying`` eigenvalues shrank
-    by more than 20 % over its second half: the tokens cluster along the others), and
-    ``"diverged"`` when the integration itself failed.
+    is the package's (:class:`attnbook.pde.gaussian.GaussianFlow`): ``"blow-up"`` for a
+    finite-time singularity, ``"growth"`` for unbounded growth that takes infinite time,
+    ``"bounded"`` when the flow stays below the threshold on the window (``n_decaying``
+    eigenvalues shrank by more than 20 % over its second half: the tokens cluster along
+    the others), and ``"diverged"`` when the integration itself failed.
     """
     start = time.perf_counter()
     if kind not in EXPLORER_KINDS:

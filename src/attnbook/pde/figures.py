@@ -7,7 +7,7 @@ attnbook's own equations. Two pieces live here:
   :math:`\dot\Sigma = J\Sigma + \Sigma J^\top` of softmax, ℓ², multi-head softmax and Sinkhorn
   attention for a batch of ``B`` systems at once (torch, float64), each system with its own
   parameters if wanted. The equations are those of :mod:`attnbook.pde.symbolic` (tested
-  against :func:`attnbook.pde.moment_field`):
+  against :func:`attnbook.pde.gaussian.moment_field`):
 
   - softmax: :math:`J = V\Sigma A`;
   - multi-head softmax: :math:`J = \sum_h V_h\Sigma A_h`;
@@ -169,7 +169,8 @@ def batched_covariance_flow(
     ``cov0``: ``(B, d, d)`` (or ``(d, d)``); parameters as in :func:`covariance_rhs`. A member
     whose trace passes ``max_trace`` is frozen and flagged ``exploded`` (the authors' stopping
     rule; for ℓ² and Sinkhorn this marks fast growth, not a finite-time singularity). Returns
-    :class:`attnbook.pde.CovarianceFlow` with ``cov`` of shape ``(len(t), B, d, d)``.
+    :class:`attnbook.pde.gaussian.CovarianceFlow` with ``cov`` of shape
+    ``(len(t), B, d, d)``.
 
     ``method`` goes to :func:`attnbook.flows.odeint`: adaptive ``"dopri5"`` (the default), or
     a stiff ``"bdf"``, ``"radau"`` or ``"lsoda"``. A flow that converges onto a low-rank limit
