@@ -196,7 +196,9 @@ def test_the_dtype_and_device_rules():
 
     assert default_dtype() is torch.float64
     assert default_dtype("float32") is torch.float32
-    assert default_dtype(None, like=torch.zeros(2, dtype=torch.float32)) is torch.float32
+    assert (
+        default_dtype(None, like=torch.zeros(2, dtype=torch.float32)) is torch.float32
+    )
     assert default_dtype(None, like=torch.zeros(2, dtype=torch.long)) is torch.float64
     with pytest.raises(TypeError, match="dtype"):
         default_dtype(torch.long)

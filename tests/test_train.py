@@ -186,7 +186,9 @@ def test_descend_freezes_or_raises_on_divergence_and_checks_its_arguments():
         return loss, [2 * xs[0]]
 
     x = [torch.ones(2, 3, dtype=torch.float64)]
-    run = train.descend(lg, x, n_steps=6, optimizer="sgd", lr=0.1, on_divergence="freeze")
+    run = train.descend(
+        lg, x, n_steps=6, optimizer="sgd", lr=0.1, on_divergence="freeze"
+    )
     assert run.alive.tolist() == [True, False]
     assert torch.allclose(x[0][1], torch.full((3,), 0.8**3, dtype=torch.float64))
     assert np.isinf(run.loss[3:, 1].numpy()).all() and run.final_loss[1] == np.inf

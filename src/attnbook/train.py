@@ -232,20 +232,14 @@ def descend(
     for k in it:
         losses, grads = loss_and_grads(k, params)
         losses = losses.detach()
-        if average:  # summed in float64 whatever the models' dtype
-            running = (
-                losses.to(torch.float64, copy=True)
-                if n_run == 0
-                else running.add_(losses)
-            )
-            n_run += 1
-        else:
-            running, n_run = losses, 1
+        running, n_run = _accumulate(running, n_run, losses, average)
         if check == "every" or k in record:
             g = grads if check_grads else None
             if _any_bad(running, g, params, max_abs):  # one host sync when all is well
                 out.steps, out.wall_s = np.asarray(rec_steps), time.perf_counter() - t0
-                _check(k, running, g, params, max_abs, alive, on_divergence, diverged, out)
+                _check(
+                    k, running, g, params, max_abs, alive, on_divergence, diverged, out
+                )
         if k in record:
             mean = running / n_run if average else running
             rec_steps.append(k)
@@ -278,6 +272,16 @@ def _check_param_list(params) -> None:
                 f"params[{i}] has {x.shape[0]} models on dim 0, params[0] has "
                 f"{params[0].shape[0]}"
             )
+
+
+def _accumulate(running, n_run: int, losses, average: bool):
+    """The losses to record: the latest, or with ``average`` their running sum (in float64
+    whatever the models' dtype) and count."""
+    if not average:
+        return losses, 1
+    if n_run == 0:
+        return losses.to(torch.float64, copy=True), 1
+    return running.add_(losses), n_run + 1
 
 
 def _record_set(record_steps, n_steps: int) -> set:
