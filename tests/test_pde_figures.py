@@ -212,3 +212,12 @@ def test_authors_draws_meet_their_stated_conditions():
     assert line["Q"].shape == (1, 2) and abs(np.linalg.norm(line["Q"]) - 1) < 1e-15
     with pytest.raises(ValueError, match="figure"):
         figs.authors_draws("histogram")
+
+
+def test_a_missing_score_matrix_is_named():
+    from attnbook.pde.figures import covariance_rhs
+
+    with pytest.raises(ValueError, match="needs A"):
+        covariance_rhs(np.eye(2), kind="sinkhorn")
+    with pytest.raises(ValueError, match="takes A, not Q and K"):
+        covariance_rhs(np.eye(2), kind="softmax", Q=np.eye(2), K=np.eye(2))

@@ -68,14 +68,15 @@ def check_psd(S, name: str = "S", *, strict: bool = False):
 
 
 @numpy_in_numpy_out("S")
-def psd_sqrt(S):
+def psd_sqrt(S, *, check: bool = True):
     """Symmetric square root of a (batch of) symmetric PSD matrices.
 
     Eigenvalues within the tolerance below zero (round-off) are clipped to zero; a matrix
-    that is not PSD by :func:`check_psd` raises ``ValueError``.
+    that is not PSD by :func:`check_psd` raises ``ValueError``. ``check=False`` (a tensor
+    the caller knows to be symmetric PSD, in an integrator's inner loop) skips the check
+    and its host synchronisation, and uses ``S`` as it is rather than symmetrised.
     """
-    sym = check_psd(S, "S")
-    t = torch.as_tensor(sym)
+    t = torch.as_tensor(check_psd(S, "S") if check else S)
     w, U = torch.linalg.eigh(t)
     return (U * w.clamp(min=0).sqrt().unsqueeze(-2)) @ U.mT
 

@@ -26,9 +26,9 @@ makes its cost independent of :math:`P`; :func:`forward` is the literal per-sequ
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
+from attnbook.arrays import numpy_in_numpy_out
 from attnbook.attention import attention_weights, normalize_scores, resolve_kind
 from attnbook.copyhead.task import CopyStats
 from attnbook.device import as_generator, default_dtype
@@ -60,6 +60,7 @@ def resolve_copy_kind(kind) -> str:
     return resolve_kind(kind, allowed=KINDS)
 
 
+@numpy_in_numpy_out("G")
 def attention_matrix(G, b=None, *, kind: str = "linear") -> torch.Tensor:
     """The attention matrix ``A`` from scores ``G (..., L, L)`` (and bias ``b (...)`` for linear).
 
@@ -68,7 +69,6 @@ def attention_matrix(G, b=None, *, kind: str = "linear") -> torch.Tensor:
     attention ``(G + b J)/L`` (the mean-field ``1/n`` of the shared map). NumPy in, NumPy out.
     """
     kind = resolve_copy_kind(kind)
-    is_numpy = isinstance(G, np.ndarray)
     G = as_tensor(G, "G")
     check_square(G, "G")
     if b is not None and kind == "linear":
@@ -81,7 +81,7 @@ def attention_matrix(G, b=None, *, kind: str = "linear") -> torch.Tensor:
         G = G + b[..., None, None]
     keys = torch.eye(G.shape[-1], dtype=G.dtype, device=G.device)
     A = attention_weights(G, keys, kind=kind)
-    return A.numpy() if is_numpy else A
+    return A
 
 
 def scores_attention(G: torch.Tensor, b=None, *, kind: str) -> torch.Tensor:

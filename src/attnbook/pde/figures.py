@@ -29,7 +29,7 @@ import torch
 from ..arrays import numpy_in_numpy_out
 from ..attention import resolve_kind
 from ..flows import check_adaptive_method, check_times, odeint
-from ..linalg import check_psd
+from ..linalg import check_psd, psd_sqrt
 from ..validation import as_float64_array, check_positive, check_positive_int
 from .gaussian import CovarianceFlow
 from .plots import cone_coordinates
@@ -73,8 +73,10 @@ def _l2_params(d: int, A, Q, K):
 
 def _score_matrices(kind: str, d: int, A, Q, K) -> torch.Tensor:
     """``A`` of softmax, multi-head softmax or Sinkhorn, with a head axis."""
-    if A is None or Q is not None or K is not None:
+    if Q is not None or K is not None:
         raise ValueError(f"kind {kind!r} takes A, not Q and K")
+    if A is None:
+        raise ValueError(f"kind {kind!r} needs A, the score matrix (d, d)")
     At = _t(A, "A")
     want = (3, 4) if kind == "multihead" else (2, 3)
     if At.ndim not in want or At.shape[-2:] != (d, d):
@@ -122,8 +124,7 @@ def _rhs(S: torch.Tensor, kind: str, A, V, G) -> torch.Tensor:
         J = 2 * V @ torch.linalg.solve(eye + 2 * Sh @ G, Sh @ A)
         R = (J @ Sh).sum(-3)
     elif kind == "sinkhorn":
-        w, U = torch.linalg.eigh(Sh)
-        Rt = (U * w.clamp(min=0).sqrt().unsqueeze(-2)) @ U.mT
+        Rt = psd_sqrt(Sh, check=False)  # a covariance along the flow: PSD
         M = Rt @ A.mT @ Sh @ A @ Rt
         mw, mU = torch.linalg.eigh((M + M.mT) / 2)
         inner = (mU / (1 + (1 + 4 * mw.clamp(min=0)).sqrt()).unsqueeze(-2)) @ mU.mT

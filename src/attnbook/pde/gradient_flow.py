@@ -34,6 +34,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from ..arrays import numpy_in_numpy_out
 from ..flows import check_times, odeint
 from ..linalg import check_psd, kl_divergence, psd_sqrt
 from ..validation import as_tensor, check_finite
@@ -136,12 +137,12 @@ def _cloud_and_velocity(x, v, weights):
     return X, w, vt
 
 
+@numpy_in_numpy_out("x")
 def partition_gradient(x, *, A, weights=None):
     r""":math:`Z_\mu(x_i)` and :math:`\nabla_x Z_\mu(x_i)` (the measure held fixed), by autograd.
 
     ``x``: ``(..., n, d)``. Returns ``(Z, gradZ)`` of shapes ``(..., n)`` and ``(..., n, d)``.
     """
-    is_numpy = isinstance(x, np.ndarray)
     X, w = _cloud(x, weights)
     At = _square(A, "A", X.shape[-1]).to(X.device)
     query = X.detach().clone().requires_grad_(True)
@@ -151,43 +152,41 @@ def partition_gradient(x, *, A, weights=None):
         )  # Z(q_i) = sum_j w_j e^{<A q_i, x_j>}
         (gZ,) = torch.autograd.grad(Z.sum(), query)
     Z = Z.detach()
-    if is_numpy:
-        return Z.cpu().numpy(), gZ.cpu().numpy()
     return Z, gZ
 
 
+@numpy_in_numpy_out("x")
 def twisted_velocity(x, *, A, V, weights=None):
     r"""The velocity written as :math:`S\nabla Z_\mu/Z_\mu`, :math:`S = VA^{-1}` (``A`` symmetric invertible).
 
     Equal to :func:`attnbook.pde.velocity` with ``kind="softmax"`` — the chapter measures the gap.
     """
-    is_numpy = isinstance(x, np.ndarray)
     X, _ = _cloud(x, weights)
     At = _symmetric_invertible(_square(A, "A", X.shape[-1]))
     S = _square(V, "V", X.shape[-1]) @ torch.linalg.inv(At)
     Z, gZ = partition_gradient(X, A=At, weights=weights)
     v = (gZ / Z[..., None]) @ S.to(X).T
-    return v.cpu().numpy() if is_numpy else v
+    return v
 
 
+@numpy_in_numpy_out("x")
 def metric_norm_sq(x, v, *, A, V, weights=None):
     r""":math:`\|v\|_g^2 = \sum_i w_i Z_\mu(x_i)\langle v_i, (sS)^{-1}v_i\rangle`, batched ``(...)``."""
-    is_numpy = isinstance(x, np.ndarray)
     X, w, vt = _cloud_and_velocity(x, v, weights)
     S, s = metric_tensor(A, V)
     Minv = torch.linalg.inv(torch.as_tensor(s * S)).to(X)
     Z, _ = partition_gradient(X, A=A, weights=weights)
     out = (w * Z * ((vt @ Minv) * vt).sum(-1)).sum(-1)
-    return out.cpu().numpy() if is_numpy else out
+    return out
 
 
+@numpy_in_numpy_out("x")
 def energy_rate(x, v, *, A, weights=None):
     r""":math:`\frac{d}{dt}E = \sum_i \langle \partial E/\partial x_i, v_i\rangle` by autograd of :math:`E`.
 
     The chain rule only — no use of the gradient structure, so that it can be compared with
     :math:`s\|v\|_g^2` (:func:`metric_norm_sq`). Batched ``(...)``.
     """
-    is_numpy = isinstance(x, np.ndarray)
     X, w, vt = _cloud_and_velocity(x, v, weights)
     At = _square(A, "A", X.shape[-1])
     Xg = X.detach().clone().requires_grad_(True)
@@ -195,7 +194,7 @@ def energy_rate(x, v, *, A, weights=None):
         E = 0.5 * ((torch.exp((Xg @ At.T) @ Xg.mT) @ w) * w).sum(-1)
         (gE,) = torch.autograd.grad(E.sum(), Xg)
     out = (gE * vt).sum((-1, -2))
-    return out.cpu().numpy() if is_numpy else out
+    return out
 
 
 class EnergyBalance:

@@ -33,6 +33,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from scipy.stats import norm
 
+from ..arrays import numpy_in_numpy_out
 from ..device import as_generator
 from ..errors import FlowDiverged
 from ..linalg import bures_wasserstein
@@ -207,6 +208,7 @@ def jackknife_slopes(n, values) -> np.ndarray:
     return S * full - (S - 1) * loo
 
 
+@numpy_in_numpy_out("x")
 def particle_jacobian(x, *, kind: str = "softmax", **layer):
     r"""Jacobian of the particle velocity field :math:`X \mapsto (\Gamma_{\mu_X}(x_i))_i`.
 
@@ -217,7 +219,6 @@ def particle_jacobian(x, *, kind: str = "softmax", **layer):
     automatic differentiation (``torch.func.jacrev``, vectorised over the batch). Sinkhorn is
     excluded (its fixed-point loop is not differentiated here).
     """
-    is_numpy = isinstance(x, np.ndarray)
     li = prepare_inputs(x, kind=kind, **layer)
     X, p, w, causal = li.X, li.params, li.masses, li.causal
     if p.kind == "sinkhorn":
@@ -237,7 +238,7 @@ def particle_jacobian(x, *, kind: str = "softmax", **layer):
         jac = torch.func.jacrev(field)
         flat = X.reshape(-1, n * d)
         J = torch.func.vmap(jac)(flat).reshape(*X.shape[:-2], n * d, n * d)
-    return J.cpu().numpy() if is_numpy else J
+    return J
 
 
 def _softmax_jacobian(X, p, w, causal, uniform) -> torch.Tensor:
@@ -275,6 +276,7 @@ def _softmax_jacobian(X, p, w, causal, uniform) -> torch.Tensor:
     return blocks.transpose(-3, -2).reshape(*X.shape[:-2], n * d, n * d)
 
 
+@numpy_in_numpy_out("x")
 def one_sided_lipschitz(x, *, weights=None, **params):
     r"""Largest eigenvalue :math:`\Lambda` of the symmetric part of the particle Jacobian.
 
@@ -284,7 +286,6 @@ def one_sided_lipschitz(x, *, weights=None, **params):
     token by token then satisfy :math:`\tfrac{d}{dt}D \le \Lambda D` to first order in
     :math:`D = |X - Y|_w`. ``params``: as :func:`particle_jacobian`. Returns ``(...)``.
     """
-    is_numpy = isinstance(x, np.ndarray)
     X = check_cloud(x)
     J = torch.as_tensor(particle_jacobian(X, weights=weights, **params))
     n, d = X.shape[-2:]
@@ -293,16 +294,16 @@ def one_sided_lipschitz(x, *, weights=None, **params):
         r = w.sqrt().repeat_interleave(d)
         J = r[:, None] * J / r[None, :]
     lam = torch.linalg.eigvalsh((J + J.mT) / 2)[..., -1]
-    return lam.cpu().numpy() if is_numpy else lam
+    return lam
 
 
+@numpy_in_numpy_out("x")
 def coupling_distance(x, y, *, weights=None):
     r"""Token-by-token coupling distance :math:`D = (\sum_i w_i |x_i - y_i|^2)^{1/2}`, batched.
 
     An upper bound on :math:`W_2` between the two clouds (any pairing is a transport plan),
     with equality when ``y`` is ordered by :func:`optimal_matching`.
     """
-    is_numpy = isinstance(x, np.ndarray)
     X, Y = check_cloud(x), check_cloud(y, "y")
     if X.shape != Y.shape:
         raise ValueError(
@@ -317,7 +318,7 @@ def coupling_distance(x, y, *, weights=None):
     if w.shape != (n,):
         raise ValueError(f"weights must have shape ({n},), got {tuple(w.shape)}")
     D = (((X - Y.to(X)) ** 2).sum(-1) * w.to(X.device)).sum(-1).sqrt()
-    return D.cpu().numpy() if is_numpy else D
+    return D
 
 
 def optimal_matching(x, y) -> np.ndarray:

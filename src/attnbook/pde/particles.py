@@ -43,9 +43,9 @@ import math
 import numbers
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
+from ..arrays import numpy_in_numpy_out
 from ..attention import (
     l2_score_terms,
     masked_softmax,
@@ -494,6 +494,7 @@ def _field(
     return out
 
 
+@numpy_in_numpy_out("x")
 def attention_matrix(
     x,
     *,
@@ -509,7 +510,6 @@ def attention_matrix(
     :math:`P_{ij} = w_j\langle Ax_i, x_j\rangle`. ``layer``: the keywords of :func:`velocity`
     (``kind`` required; ``A, V, Q, K, heads, causal, weights, sink_mass, bias``).
     """
-    is_numpy = isinstance(x, np.ndarray)
     li = prepare_inputs(x, **layer)
     tol, it = _sinkhorn_options(li.X.dtype, sinkhorn_tol, n_sinkhorn_iters)
     P = interaction_matrices(
@@ -522,7 +522,7 @@ def attention_matrix(
         n_sinkhorn_iters=it,
         uniform=li.uniform,
     )
-    return P.cpu().numpy() if is_numpy else P
+    return P
 
 
 def velocity_field(li: LayerInputs, sphere: bool, sinkhorn_tol, n_sinkhorn_iters):
@@ -542,6 +542,7 @@ def velocity_field(li: LayerInputs, sphere: bool, sinkhorn_tol, n_sinkhorn_iters
     return field
 
 
+@numpy_in_numpy_out("x")
 def velocity(
     x,
     *,
@@ -560,14 +561,14 @@ def velocity(
     :math:`v_i - \langle v_i, x_i\rangle x_i/|x_i|^2` (the dynamics of tokens normalised at
     every layer). Returns the same shape as ``x``.
     """
-    is_numpy = isinstance(x, np.ndarray)
     if not isinstance(sphere, bool):
         raise TypeError(f"sphere must be a bool, got {type(sphere).__name__}")
     li = prepare_inputs(x, **layer)
     out = velocity_field(li, sphere, sinkhorn_tol, n_sinkhorn_iters)(li.X)
-    return out.cpu().numpy() if is_numpy else out
+    return out
 
 
+@numpy_in_numpy_out("x0")
 def simulate(
     x0,
     t,
@@ -600,7 +601,6 @@ def simulate(
     blow up in finite time; normalised kinds grow at most exponentially).
     ``progress``: a tqdm bar (default: only for runs of 2000 steps or more).
     """
-    is_numpy = isinstance(x0, np.ndarray)
     if not isinstance(sphere, bool):
         raise TypeError(f"sphere must be a bool, got {type(sphere).__name__}")
     X0 = check_cloud(x0, "x0")
@@ -627,33 +627,33 @@ def simulate(
             partial=err.partial,
             times=err.times,
         ) from None
-    return traj.cpu().numpy() if is_numpy else traj
+    return traj
 
 
+@numpy_in_numpy_out("x")
 def partition_function(x, *, A=None, weights=None):
     r""":math:`Z_\mu(x_i) = \sum_j w_j e^{\langle A x_i, x_j\rangle}` for every token, ``(..., n)``."""
-    is_numpy = isinstance(x, np.ndarray)
     X = check_cloud(x)
     p = resolve_params(X.shape[-1], kind="softmax", A=A, dtype=X.dtype, device=X.device)
     if p.heads != 1:
         raise ValueError("A must be a single (d, d) matrix here")
     w = particle_masses(X.shape[-2], weights, dtype=X.dtype, device=X.device)
     Z = torch.exp((X @ p.A[0].mT) @ X.mT) @ w
-    return Z.cpu().numpy() if is_numpy else Z
+    return Z
 
 
+@numpy_in_numpy_out("x")
 def interaction_energy(x, *, A=None, weights=None):
     r"""The interaction energy :math:`E(\mu) = \tfrac12 \iint e^{\langle Ax,y\rangle} d\mu(x)\,d\mu(y)`.
 
     For symmetric ``A``, :math:`\delta E/\delta\mu = Z_\mu` and the softmax velocity is
     :math:`V A^{-1}\nabla Z_\mu / Z_\mu` (see the gradient-flow chapter). Batched: ``(...)``.
     """
-    is_numpy = isinstance(x, np.ndarray)
     X = check_cloud(x)
     w = particle_masses(X.shape[-2], weights, dtype=X.dtype, device=X.device)
     Z = torch.as_tensor(partition_function(X, A=A, weights=w))
     E = 0.5 * (Z * w).sum(-1)
-    return E.cpu().numpy() if is_numpy else E
+    return E
 
 
 def sample_gaussian(
