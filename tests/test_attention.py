@@ -516,3 +516,15 @@ def test_softmax_pool_equals_weights_times_values(n, as_numpy):
     big = att.softmax_pool(*(a * 30 if i < 2 else a for i, a in enumerate(args)))
     ref_big = torch.softmax(900 * q @ k.mT, -1) @ v
     np.testing.assert_allclose(np.asarray(big), ref_big.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_masked_softmax_numpy_in_numpy_out():
+    s = _rand(3, 5, seed=35)
+    mask = torch.tensor([[True] * 5, [False] * 5, [True, False, True, True, False]])
+    got = att.masked_softmax(s.numpy(), mask.numpy())
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_allclose(got, att.masked_softmax(s, mask).numpy(), atol=1e-15)
+    assert (got[1] == 0).all()
+    np.testing.assert_allclose(
+        att.masked_softmax(s.numpy()), torch.softmax(s, -1).numpy(), atol=1e-15
+    )

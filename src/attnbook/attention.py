@@ -162,7 +162,10 @@ def masked_softmax(logits: torch.Tensor, mask=None, *, dim: int = -1) -> torch.T
     ``mask`` (bool, broadcastable to ``logits``): the visible entries; ``None`` = all (a
     plain softmax, no extra pass). With a mask, a row that sees nothing — every entry
     masked or ``-inf`` — gets zero weights (no output) instead of NaN, and a zero gradient.
-    Unchecked: the inner loop of samplers and training steps."""
+    Unchecked: the inner loop of samplers and training steps. NumPy in, NumPy out (the
+    largest entry subtracted, then ``exp`` and the row sum)."""
+    if isinstance(logits, np.ndarray):
+        return _masked_softmax_numpy(logits, mask, dim)
     if mask is None:
         return torch.softmax(logits, dim=dim)
     logits = logits.masked_fill(~mask, float("-inf"))
@@ -171,6 +174,22 @@ def masked_softmax(logits: torch.Tensor, mask=None, *, dim: int = -1) -> torch.T
     return torch.softmax(logits.masked_fill(empty, 0.0), dim=dim).masked_fill(
         empty, 0.0
     )
+
+
+def _masked_softmax_numpy(logits, mask, dim):
+    if mask is not None:
+        logits = np.where(mask, logits, -np.inf)
+    top = logits.max(dim, keepdims=True)
+    empty = None if mask is None else np.isneginf(top)
+    if empty is not None:
+        top = np.where(empty, 0.0, top)
+    e = np.exp(logits - top)
+    w = (
+        e / e.sum(dim, keepdims=True)
+        if empty is None
+        else e / np.where(empty, 1.0, e.sum(dim, keepdims=True))
+    )
+    return w
 
 
 def _mean_rows(x):

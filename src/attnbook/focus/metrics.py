@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import linalg
+from .. import attention, linalg
 from ..markov import as_probability_vector
 from ..validation import as_tensor
 
@@ -74,11 +74,8 @@ def attention_distributions(W0, WQ, WK, pi, masked_keys=None) -> np.ndarray:
     Phi = W0 @ WQ @ np.swapaxes(WK, -1, -2) @ np.swapaxes(W0, -1, -2)
     with np.errstate(divide="ignore"):
         logits = np.log(p) + Phi
-    if masked_keys is not None:
-        logits = np.where(np.asarray(masked_keys, dtype=bool), -np.inf, logits)
-    logits = logits - logits.max(-1, keepdims=True)
-    e = np.exp(logits)
-    return e / e.sum(-1, keepdims=True)
+    visible = None if masked_keys is None else ~np.asarray(masked_keys, dtype=bool)
+    return attention.masked_softmax(logits, visible)
 
 
 def attention_entropy(w) -> np.ndarray:
