@@ -229,11 +229,6 @@ def _gradient(p: Params, P, pi, mk=None):
     return loss, Params(dW0, dW1, dWQ, dWK), G, dM
 
 
-def _softmax_np(x):
-    e = np.exp(x - x.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
-
-
 def _tr(a):
     return np.swapaxes(a, -1, -2)
 
@@ -244,9 +239,9 @@ def _gradient_np(W0, W1, WQ, WK, P, pi, log_keys):
     WQK = WQ @ _tr(WK)
     M = W0 @ W1
     Phi = W0 @ WQK @ _tr(W0)
-    w = _softmax_np(log_keys[..., None, :] + Phi)
+    w = masked_softmax(log_keys[..., None, :] + Phi)
     z = w @ M
-    r = _softmax_np(z) - P
+    r = masked_softmax(z) - P
     dM = _tr(w) @ (pi[..., :, None] * r)
     v = r @ _tr(M)
     G = pi[..., :, None] * w * (v - (w * v).sum(-1, keepdims=True))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..attention import resolve_kind
+from ..attention import masked_softmax, resolve_kind
 from ..validation import as_float64_array, check_positive, check_positive_int
 
 __all__ = ["velocity_on_gaussian_1d", "affine_residual"]
@@ -42,9 +42,8 @@ def velocity_on_gaussian_1d(
     y = float(mean) + sd * nodes
     w = weights / weights.sum()
     score = a * xs[..., None] * y
-    if kind == "softmax":
-        k = w * np.exp(score - score.max(-1, keepdims=True))
-        return v * (k * y).sum(-1) / k.sum(-1)
+    if kind == "softmax":  # the weights w_j e^{score_j}, normalised (attention's kernel)
+        return v * (masked_softmax(score + np.log(w)) * y).sum(-1)
     return v * (w / (1 + np.exp(-(score + bias))) * y).sum(-1)
 
 
