@@ -418,7 +418,7 @@ def _flow_times(t_eval, n_eval, t_end) -> np.ndarray:
 
 
 def _flow_rhs_and_jac(P, pi, mk, nb: int, d: int, m: int, n_fev: list):
-    """The flow's NumPy right-hand side :math:`-\nabla L` on the packed state of ``nb``
+    r"""The flow's NumPy right-hand side :math:`-\nabla L` on the packed state of ``nb``
     models, and its exact Jacobian :math:`-\nabla^2 L` (block diagonal, sparse, for a
     batch); ``n_fev[0]`` counts the evaluations."""
     import scipy.sparse

@@ -44,6 +44,7 @@ from .particles import (
     check_cloud,
     interaction_energy,
     particle_masses,
+    partition_sums,
     prepare_inputs,
     velocity_field,
 )
@@ -147,9 +148,7 @@ def partition_gradient(x, *, A, weights=None):
     At = _square(A, "A", X.shape[-1]).to(X.device)
     query = X.detach().clone().requires_grad_(True)
     with torch.enable_grad():
-        Z = (
-            torch.exp((query @ At.T) @ X.detach().mT) @ w
-        )  # Z(q_i) = sum_j w_j e^{<A q_i, x_j>}
+        Z = partition_sums(query, X.detach(), At, w)  # Z(q_i), the measure held fixed
         (gZ,) = torch.autograd.grad(Z.sum(), query)
     Z = Z.detach()
     return Z, gZ
@@ -191,7 +190,7 @@ def energy_rate(x, v, *, A, weights=None):
     At = _square(A, "A", X.shape[-1])
     Xg = X.detach().clone().requires_grad_(True)
     with torch.enable_grad():
-        E = 0.5 * ((torch.exp((Xg @ At.T) @ Xg.mT) @ w) * w).sum(-1)
+        E = 0.5 * (partition_sums(Xg, Xg, At, w) * w).sum(-1)
         (gE,) = torch.autograd.grad(E.sum(), Xg)
     out = (gE * vt).sum((-1, -2))
     return out
@@ -239,7 +238,7 @@ def energy_balance(
     def rhs(_t, state):
         X = state[..., :-1].reshape(*state.shape[:-1], n, d)
         v = field(X)
-        Z = torch.exp((X @ At.T) @ X.mT) @ w
+        Z = partition_sums(X, X, At, w)
         q = s * (w * Z * ((v @ Minv) * v).sum(-1)).sum(-1)
         return torch.cat([v.reshape(*state.shape[:-1], n * d), q[..., None]], dim=-1)
 

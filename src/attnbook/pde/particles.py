@@ -630,6 +630,12 @@ def simulate(
     return traj
 
 
+def partition_sums(queries, keys, A, masses) -> torch.Tensor:
+    r""":math:`\sum_j w_j e^{\langle A q_i, k_j\rangle}` for every query (the one home of the
+    partition function's arithmetic; unchecked, differentiable: solvers and autograd)."""
+    return torch.exp((queries @ A.mT) @ keys.mT) @ masses
+
+
 @numpy_in_numpy_out("x")
 def partition_function(x, *, A=None, weights=None):
     r""":math:`Z_\mu(x_i) = \sum_j w_j e^{\langle A x_i, x_j\rangle}` for every token, ``(..., n)``."""
@@ -638,8 +644,7 @@ def partition_function(x, *, A=None, weights=None):
     if p.heads != 1:
         raise ValueError("A must be a single (d, d) matrix here")
     w = particle_masses(X.shape[-2], weights, dtype=X.dtype, device=X.device)
-    Z = torch.exp((X @ p.A[0].mT) @ X.mT) @ w
-    return Z
+    return partition_sums(X, X, p.A[0], w)
 
 
 @numpy_in_numpy_out("x")

@@ -42,7 +42,9 @@ def velocity_on_gaussian_1d(
     y = float(mean) + sd * nodes
     w = weights / weights.sum()
     score = a * xs[..., None] * y
-    if kind == "softmax":  # the weights w_j e^{score_j}, normalised (attention's kernel)
+    if (
+        kind == "softmax"
+    ):  # the weights w_j e^{score_j}, normalised (attention's kernel)
         return v * (masked_softmax(score + np.log(w)) * y).sum(-1)
     return v * (w / (1 + np.exp(-(score + bias))) * y).sum(-1)
 
