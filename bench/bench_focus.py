@@ -129,8 +129,14 @@ def bench_ensemble(quick: bool, device):
     def fit(n_models, seed, n_steps):
         """Train ``n_models`` seeds as one batched model (the same code for 1 and for n)."""
         model = OneLayerTransformer(
-            4, 8, n_models=n_models, eps=1e-2, seed=seed, device=device
-        )
+            4,
+            8,
+            n_models=n_models,
+            eps=1e-2,
+            seed=seed,
+            dtype=torch.float32,
+            device=device,
+        )  # float32: the dtype a GPU run would use
         windows = MarkovWindows(
             P, batch=batch, context=context, n_models=n_models, seed=seed, device=device
         )
