@@ -208,3 +208,28 @@ def test_descend_freezes_or_raises_on_divergence_and_checks_its_arguments():
         train.descend(lg, [torch.ones(2, 3)], n_steps=2, optimizer="lbfgs")
     with pytest.raises(ValueError, match="record_steps"):
         train.descend(lg, [torch.ones(2, 3)], n_steps=2, record_steps=[5])
+
+
+def test_descend_divergence_screen_flags_each_cause_and_no_healthy_model():
+    # the per-step screen (one host sync) against the per-model check it stands in for
+    def run(loss_of, grad_of, x0, **kw):
+        def lg(k, xs):
+            return loss_of(k, xs), [grad_of(k, xs)]
+
+        return train.descend(lg, [x0], n_steps=4, optimizer="sgd", lr=0.1, **kw)
+
+    x0 = torch.ones(2, 3, dtype=torch.float64)
+    quad = lambda k, xs: (xs[0] ** 2).sum(-1)  # noqa: E731
+    nan_grad = lambda k, xs: torch.where(  # noqa: E731
+        torch.tensor([[False], [k >= 2]]), float("nan"), 2 * xs[0]
+    )
+    with pytest.raises(train.TrainingDiverged, match="step 2"):
+        run(quad, nan_grad, x0.clone())
+    # a parameter above max_abs (model 1 grows 4x a step): it is frozen, model 0 is not
+    grow = lambda k, xs: torch.tensor([[1.0], [-30.0]], dtype=xs[0].dtype) * xs[0]  # noqa: E731
+    out = run(quad, grow, x0.clone(), max_abs=50.0, on_divergence="freeze")
+    assert out.alive.tolist() == [True, False]
+    # finite losses whose sum overflows: the screen flags, the per-model check finds no one
+    huge = lambda k, xs: torch.full((2,), 1e308, dtype=xs[0].dtype)  # noqa: E731
+    out = run(huge, lambda k, xs: 2 * xs[0], x0.clone(), max_abs=50.0)
+    assert out.alive.all() and np.isfinite(out.loss.numpy()).all()

@@ -54,7 +54,7 @@ def resolve_device(device=None, like=None) -> torch.device:
     its own: chapters pass ``device=ch.device`` (from :func:`default_device`), so a default
     call gives the same numbers on every machine."""
     if device is not None:
-        if isinstance(device, str) or isinstance(device, torch.device):
+        if isinstance(device, (str, torch.device)):
             return default_device(device)  # validated: a CUDA device needs CUDA
         raise TypeError(f"device must be a str or torch.device, got {device!r}")
     if isinstance(like, torch.Tensor):

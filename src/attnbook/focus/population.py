@@ -132,9 +132,11 @@ def init_params(
     m = check_positive_int(m, "m")
     eps = check_positive(eps, "eps")
     dev, dtype = resolve_device(device), default_dtype(dtype)
-    # without a device the draws are made on the CPU, then moved: a seed gives the same
-    # weights on every machine, GPU or not
+    # without a device the draws are made on the CPU (a generator's own device), then
+    # moved: a seed gives the same weights on every machine, GPU or not
     draw = dev if device is not None else torch.device("cpu")
+    if device is None and isinstance(seed, torch.Generator):
+        draw = seed.device
     gen = as_generator(seed, draw)
     lead = () if n_models is None else (check_positive_int(n_models, "n_models"),)
     shapes = [(d, m), (m, d), (m, m), (m, m)]
