@@ -225,10 +225,11 @@ FATES_RECHECK = Recheck(
             reason="integer ranks: measured equal on 4 numeric paths (7 points)"
         ),
         "trace_end": tolerance(
-            2e-09,
-            2e-07,
-            reason="round-off; measured worst 1.3e-10 relative, 1.5e-08 absolute "
-            "(this CPU's default, 7 points); 10× that",
+            1e-07,
+            1e-04,
+            reason="round-off; measured worst 9e-09 relative, 9e-06 absolute on an "
+            "AVX2-only AMD EPYC (NumPy's own AVX2 loops, which no path above "
+            "emulates; 7 points; 1.3e-10, 1.5e-08 on the paths above); 10× that",
         ),
     }
 )
