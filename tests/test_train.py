@@ -233,3 +233,38 @@ def test_descend_divergence_screen_flags_each_cause_and_no_healthy_model():
     huge = lambda k, xs: torch.full((2,), 1e308, dtype=xs[0].dtype)  # noqa: E731
     out = run(huge, lambda k, xs: 2 * xs[0], x0.clone(), max_abs=50.0)
     assert out.alive.all() and np.isfinite(out.loss.numpy()).all()
+
+
+def test_descend_screen_follows_non_contiguous_params_and_sgd_paths_agree():
+    # the screen's 1-d views are made once; a non-contiguous parameter (whose reshape is a
+    # copy) must still be seen growing past max_abs at the step it does
+    def lg(k, xs):
+        return (xs[0] ** 2).sum((-1, -2)), [-3.0 * xs[0]]  # each step multiplies by 1.3
+
+    x0 = torch.ones(2, 3, 2, dtype=torch.float64).transpose(1, 2)
+    assert not x0.is_contiguous()
+    with pytest.raises(train.TrainingDiverged, match="step 3"):
+        train.descend(lg, [x0], n_steps=6, optimizer="sgd", lr=0.1, max_abs=2.0)
+    # one shared rate (one fused update) and the same rate per model (the per-tensor
+    # loop) take the same steps, bit for bit
+    rng = torch.Generator().manual_seed(5)
+    a = [torch.randn(3, 4, generator=rng, dtype=torch.float64) for _ in range(2)]
+    b = [x.clone() for x in a]
+
+    def lg2(k, xs):
+        return sum((x**4).sum(-1) for x in xs), [4 * x**3 for x in xs]
+
+    train.descend(lg2, a, n_steps=5, optimizer="sgd", lr=0.01)
+    train.descend(
+        lg2,
+        b,
+        n_steps=5,
+        optimizer="sgd",
+        lr=torch.full((3,), 0.01, dtype=torch.float64),
+    )
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    # parameters that require grad are stepped outside autograd's graph
+    c = [torch.ones(2, 3, requires_grad=True)]
+    train.descend(lambda k, xs: ((xs[0] ** 2).sum(-1), [2 * xs[0].detach()]), c,
+                  n_steps=2, optimizer="sgd", lr=0.1)  # fmt: skip
+    assert c[0].grad_fn is None and torch.allclose(c[0], torch.full((2, 3), 0.64))

@@ -90,6 +90,11 @@ class SGD:
 
     def update(self, params, grads, step: int, alive=None) -> None:
         """Update ``params`` in place (``step`` counts from 1; frozen models do not move)."""
+        if (
+            alive is None and not self.lr.dim()
+        ):  # one rate: two kernel calls for the lot
+            torch._foreach_sub_(params, torch._foreach_mul(grads, self.lr))
+            return
         for x, g in zip(params, grads):
             dx = _per_model(self.lr, x) * g
             if alive is not None:
@@ -145,21 +150,38 @@ class Descent:
     all_alive: bool = True  #: no model frozen (the update then needs no mask)
 
 
-def _any_bad(losses, grads, params, max_abs) -> bool:
+def _any_bad(losses, grads, flat_params, max_abs) -> bool:
     """Whether any model may have diverged, in one host sync and a few kernels whatever the
     number of tensors (the models are told apart, by :func:`_bad_models`, only then).
 
-    A non-finite loss or gradient makes its sum, times 0, NaN, and NaN fails ``<= max_abs``
-    as does a parameter above it (a NaN one included). A sum that overflows on finite
-    entries flags too; harmless: :func:`_check` then finds no model."""
-    s = losses.sum()
+    A non-finite loss makes its entry times 0 NaN, a non-finite gradient its sum times 0,
+    and NaN fails ``<= max_abs`` as does a parameter above it (a NaN one included). A
+    gradient sum that overflows on finite entries flags too; harmless: :func:`_check` then
+    finds no model. ``flat_params``: the parameters as 1-d tensors."""
+    parts = [losses * 0]  # NaN where a loss is not finite
     if grads:
-        s = s + torch.cat([g.reshape(-1) for g in grads]).sum()
-    s = s * 0
+        parts.append(torch.cat([g.reshape(-1) for g in grads]).sum().reshape(1) * 0)
     if max_abs is None:
-        return not math.isfinite(float(s))
-    m = torch.cat([x.reshape(-1) for x in params]).abs().amax()
-    return not float(s + m) <= max_abs
+        return not math.isfinite(float(torch.cat(parts).sum()))
+    parts += flat_params  # (see _flat_views)
+    return not float(torch.cat(parts).abs_().amax()) <= max_abs
+
+
+def _flat_views(params) -> list | None:
+    """1-d views of the parameters, made once per run: they follow the in-place updates.
+    ``None`` if one is not contiguous (its reshape, a copy, would not follow them)."""
+    if not all(x.is_contiguous() for x in params):
+        return None
+    return [x.view(-1) for x in params]
+
+
+def _update(opt, params, grads, step: int, alive) -> None:
+    """One optimiser step, kept out of autograd's graph where a parameter requires grad."""
+    if any(x.requires_grad for x in params):
+        with torch.no_grad():
+            opt.update(params, grads, step, alive)
+    else:  # no graph to keep the step out of: spare the context's cost
+        opt.update(params, grads, step, alive)
 
 
 def _bad_models(losses, grads, params, max_abs) -> torch.Tensor:
@@ -234,6 +256,7 @@ def descend(
         from tqdm.auto import tqdm
 
         it = tqdm(it, desc=desc, leave=False)
+    flat = _flat_views(params)
     t0 = time.perf_counter()
     for k in it:
         losses, grads = loss_and_grads(k, params)
@@ -241,7 +264,10 @@ def descend(
         running, n_run = _accumulate(running, n_run, losses, average)
         if check == "every" or k in record:
             g = grads if check_grads else None
-            if _any_bad(running, g, params, max_abs):  # one host sync when all is well
+            flat_now = flat or [x.reshape(-1) for x in params]
+            if _any_bad(
+                running, g, flat_now, max_abs
+            ):  # one host sync when all is well
                 out.steps, out.wall_s = np.asarray(rec_steps), time.perf_counter() - t0
                 _check(
                     k, running, g, params, max_abs, alive, on_divergence, diverged, out
@@ -255,9 +281,8 @@ def descend(
             if monitor is not None:
                 _record_monitor(monitor, params, extra)
             running, n_run = None, 0
-        if k < n_steps:
-            with torch.no_grad():  # frozen models (if any) stay where they are
-                opt.update(params, grads, k + 1, None if out.all_alive else alive)
+        if k < n_steps:  # frozen models (if any) stay where they are
+            _update(opt, params, grads, k + 1, None if out.all_alive else alive)
     out.steps, out.wall_s = np.asarray(rec_steps), time.perf_counter() - t0
     out.loss = torch.stack(rec_loss)
     out.final_loss = torch.where(

@@ -608,8 +608,7 @@ def gradient_descent(
 
     def loss_and_grads(k, xs):
         q = Params(*(xs if one_axis else (x.reshape(*lead, *x.shape[-2:]) for x in xs)))
-        with torch.no_grad():
-            loss, g, _, _ = _gradient(q, P, pi, mk)
+        loss, g, _, _ = _gradient(q, P, pi, mk)  # closed form, under descend's no_grad
         if one_axis:
             return loss, list(g)
         return loss.reshape(-1), [x.reshape(-1, *x.shape[-2:]) for x in g]
@@ -624,20 +623,21 @@ def gradient_descent(
         )
 
     record = sorted(set(range(0, n_steps + 1, record_every)) | {n_steps})
-    run = descend(
-        loss_and_grads,
-        flat,
-        n_steps=n_steps,
-        optimizer="sgd" if optimizer == "gd" else "adam",
-        lr=lr,
-        record_steps=record,
-        check_grads=False,  # the exact gradient is finite where loss and weights are
-        max_abs=max_norm,
-        diverged=diverged,
-        keep_params=True,
-        progress=progress,
-        desc="gradient descent",
-    )
+    with torch.no_grad():  # the gradient is exact: autograd has nothing to record
+        run = descend(
+            loss_and_grads,
+            flat,
+            n_steps=n_steps,
+            optimizer="sgd" if optimizer == "gd" else "adam",
+            lr=lr,
+            record_steps=record,
+            check_grads=False,  # the exact gradient is finite where loss and weights are
+            max_abs=max_norm,
+            diverged=diverged,
+            keep_params=True,
+            progress=progress,
+            desc="gradient descent",
+        )
     rec_p = [[x.reshape(*lead, *x.shape[-2:]) for x in r] for r in run.params]
     rec_t = list(run.steps * lr)
     rec_l = [x.reshape(lead) for x in run.loss]
