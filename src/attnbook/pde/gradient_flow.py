@@ -232,7 +232,10 @@ def energy_balance(
     n, d = X0.shape[-2:]
     # the softmax velocity of pde.velocity (uniform masses), unchecked inside the integrator
     field = velocity_field(
-        prepare_inputs(X0, kind="softmax", A=At, V=Vt), False, None, 2000
+        prepare_inputs(X0, kind="softmax", A=At, V=Vt),
+        sphere=False,
+        sinkhorn_tol=None,
+        n_sinkhorn_iters=2000,
     )
 
     def rhs(_t, state):

@@ -525,7 +525,9 @@ def attention_matrix(
     return P
 
 
-def velocity_field(li: LayerInputs, sphere: bool, sinkhorn_tol, n_sinkhorn_iters):
+def velocity_field(
+    li: LayerInputs, *, sphere: bool, sinkhorn_tol, n_sinkhorn_iters: int
+):
     """The unchecked velocity ``X -> Γ(X)`` of a checked layer (the integrator's inner loop)."""
     tol, it = _sinkhorn_options(li.X.dtype, sinkhorn_tol, n_sinkhorn_iters)
     p, w, causal, bias, uniform = li.params, li.masses, li.causal, li.bias, li.uniform
@@ -564,7 +566,12 @@ def velocity(
     if not isinstance(sphere, bool):
         raise TypeError(f"sphere must be a bool, got {type(sphere).__name__}")
     li = prepare_inputs(x, **layer)
-    out = velocity_field(li, sphere, sinkhorn_tol, n_sinkhorn_iters)(li.X)
+    out = velocity_field(
+        li,
+        sphere=sphere,
+        sinkhorn_tol=sinkhorn_tol,
+        n_sinkhorn_iters=n_sinkhorn_iters,
+    )(li.X)
     return out
 
 
@@ -608,7 +615,12 @@ def simulate(
     li = prepare_inputs(X0.to(dev), **layer)
     times = check_times(t)
     method = check_choice(method, "method", ("rk4", "dopri5"))
-    field = velocity_field(li, sphere, sinkhorn_tol, n_sinkhorn_iters)
+    field = velocity_field(
+        li,
+        sphere=sphere,
+        sinkhorn_tol=sinkhorn_tol,
+        n_sinkhorn_iters=n_sinkhorn_iters,
+    )
 
     def rhs(_t, X):
         return field(X)
