@@ -141,9 +141,12 @@ katex: $(KATEX_JS)
 $(MATHJAX_DIR)/tex-chtml.js:
 	$(PY) tools/build_tools.py fetch-mathjax --version $(MATHJAX_VERSION) --dest $(MATHJAX_DIR)
 
+# the chapters' executions that make test kept (current ones only) go to the book's execution
+# cache; the book executes every other chapter and the pages that read the ledger. --all: every
+# page is read again, so no page keeps outputs of an earlier build
 book: venv $(MATHJAX_DIR)/tex-chtml.js
-	rm -rf _build/ledger
-	$(VENV)/bin/jupyter-book build . -W --keep-going
+	$(PY) -m tools.executions handover --ledger _build/ledger --cache _build/.jupyter_cache
+	$(VENV)/bin/jupyter-book build . -W --keep-going --all
 	$(PY) tools/build_tools.py check-html _build/html
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
@@ -161,8 +164,11 @@ student: venv
 # every Colab notebook run as Colab would: a fresh venv, the notebook's own install cell
 # (ATTNBOOK_INSTALL=git+file://<this checkout>@HEAD), the data excerpts from a loopback server
 .PHONY: test-colab data-excerpt
+# COLAB_SEED: every notebook under that seed (CI passes the commit's seed, test-seeds' third
+# seed: that configuration is executed once, in the Colab environment, not twice)
+COLAB_SEED ?=
 test-colab: venv
-	$(PY) -m tools.colab_test --jobs $(JOBS)
+	$(PY) -m tools.colab_test --jobs $(JOBS) $(if $(COLAB_SEED),--seed $(COLAB_SEED))
 
 # the data excerpts a publisher uploads to the release (from ATTNBOOK_DATA_DIR or ../shared/data)
 EXCERPT_DIR ?= _build/data-excerpt

@@ -7,6 +7,11 @@ with jupytext and handed to nbval's collector. Run with ``pytest --nbval-lax``: 
 hold no stored outputs, so the chapters' own assertions (the claims ledger) are what is tested.
 The pages that read the ledger (the claims-ledger page and each part's findings page) are
 marked ``ledger``: they must run after every other chapter.
+
+Each chapter that ran every cell without an error leaves its execution for the book build
+(``tools/executions.py``): the kernel's messages, turned into an executed notebook by nbclient,
+beside the chapter's ledger record. ``make book`` reuses it where the chapter's sources are
+unchanged, so each chapter is executed once per configuration.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+from nbval.plugin import IPyNbFile
 
 ROOT = Path(__file__).resolve().parent
 
@@ -43,6 +49,58 @@ def pytest_configure(config):
         "points, the GPU check on the CPU); `make test-fast` leaves them out, `make test` "
         "runs them",
     )
+    if hasattr(config.option, "loadscopereorder"):
+        # xdist would order the files by their number of items; the chapters are ordered by
+        # their expected time instead (pytest_collection_modifyitems)
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The chapters first, the longest first (then the unit tests, in their order): with two
+    xdist workers the run ends on a short chapter instead of one worker waiting out a long one
+    alone. xdist's own reordering (by the number of items in a file) is turned off in
+    :func:`pytest_configure`; the order is the same on every worker (names break ties)."""
+    expected = _expected_seconds()
+    chapters: dict[str, list] = {}
+    others = []
+    for item in items:
+        parent = item.parent
+        if isinstance(parent, MystNotebook):
+            chapters.setdefault(parent.nodeid, []).append(item)
+        else:
+            others.append(item)
+    if not chapters:
+        return
+
+    def weight(nodeid: str) -> tuple[float, str]:
+        chapter = nodeid.removeprefix("book/").removesuffix(".md")
+        return (-expected.get(chapter, 0.0), nodeid)
+
+    items[:] = [
+        it for nodeid in sorted(chapters, key=weight) for it in chapters[nodeid]
+    ] + others
+
+
+def _expected_seconds() -> dict[str, float]:
+    """Each chapter's expected wall time: its last execution here (``_build/ledger``), else the
+    median over the archived ``ledger-seeds`` sweep (``results/ledger-seeds``)."""
+    import json
+    import statistics
+
+    walls: dict[str, list[float]] = {}
+    for path in (ROOT / "results" / "ledger-seeds" / "points").glob("*.json"):
+        point = json.loads(path.read_text(encoding="utf-8"))
+        chapter = point.get("config", {}).get("chapter")
+        if chapter and isinstance(point.get("wall_s"), (int, float)):
+            walls.setdefault(chapter, []).append(float(point["wall_s"]))
+    expected = {c: statistics.median(w) for c, w in walls.items()}
+    for path in (ROOT / "_build" / "ledger").glob("*.json"):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            expected[record["chapter"]] = float(record["elapsed_s"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a record being written, or an old format: the archive's median stands
+    return expected
 
 
 def pytest_collect_file(file_path, parent):
@@ -51,25 +109,53 @@ def pytest_collect_file(file_path, parent):
         return None
     if file_path.suffix != ".md" or file_path.resolve() not in _toc_notebooks():
         return None
-    from nbval.plugin import IPyNbFile
-
-    class MystNotebook(IPyNbFile):
-        def collect(self):
-            import jupytext
-            import nbval.plugin
-
-            nb = jupytext.read(str(self.path))
-            with mock.patch.object(nbval.plugin.nbformat, "read", lambda *a, **k: nb):
-                items = list(super().collect())
-            from attnbook.claims import reads_ledger
-
-            rel = self.path.resolve().relative_to(ROOT / "book").with_suffix("")
-            for item in items:
-                if reads_ledger(rel.as_posix()):
-                    item.add_marker(pytest.mark.ledger)
-                yield item
-
     return MystNotebook.from_parent(parent, path=file_path)
+
+
+class MystNotebook(IPyNbFile):
+    """A chapter read with jupytext as nbval's test file. It also keeps the chapter's
+    execution (the kernel's messages, cell by cell) for the book build: see
+    :func:`_keep_execution`."""
+
+    def setup(self):
+        super().setup()
+        self._messages: list[dict] = []
+        self._msg_ids: list[str] = []
+        execute = self.kernel.execute_cell_input
+
+        def execute_and_note(*args, **kwargs):
+            msg_id = execute(*args, **kwargs)
+            self._msg_ids.append(msg_id)
+            return msg_id
+
+        self.kernel.execute_cell_input = execute_and_note
+
+    def get_kernel_message(self, timeout=None, stream="iopub"):
+        msg = super().get_kernel_message(timeout=timeout, stream=stream)
+        if stream == "iopub":
+            self._messages.append(msg)
+        return msg
+
+    def teardown(self):
+        try:
+            _keep_execution(self)
+        finally:
+            super().teardown()
+
+    def collect(self):
+        import jupytext
+        import nbval.plugin
+
+        nb = jupytext.read(str(self.path))
+        with mock.patch.object(nbval.plugin.nbformat, "read", lambda *a, **k: nb):
+            items = list(super().collect())
+        from attnbook.claims import reads_ledger
+
+        rel = self.path.resolve().relative_to(ROOT / "book").with_suffix("")
+        for item in items:
+            if reads_ledger(rel.as_posix()):
+                item.add_marker(pytest.mark.ledger)
+            yield item
 
 
 _cache: dict[str, set[Path]] = {}
@@ -84,3 +170,38 @@ def _toc_notebooks() -> set[Path]:
 
         _cache["nb"] = {p.resolve() for p in notebook_chapters(ROOT)}
     return _cache["nb"]
+
+
+def _keep_execution(nbfile) -> None:
+    """Keep a chapter's execution for the book build (``tools/executions.py``): only when
+    every code cell ran to the end without an error, and never for a page that reads the
+    ledger (the book executes those last, over this tree's records)."""
+    from attnbook.claims import ledger_dir, reads_ledger
+
+    msg_ids = getattr(nbfile, "_msg_ids", None)
+    if not msg_ids or nbfile.timed_out:
+        return
+    nb = nbfile.nb
+    if len(msg_ids) != sum(c.cell_type == "code" for c in nb.cells):
+        return  # a cell was skipped or the run stopped early
+    messages = nbfile._messages
+    if any(m["msg_type"] == "error" for m in messages):
+        return
+    idle = {
+        m["parent_header"].get("msg_id")
+        for m in messages
+        if m["msg_type"] == "status" and m["content"].get("execution_state") == "idle"
+    }
+    if not idle.issuperset(msg_ids):
+        return
+    chapter = (
+        nbfile.path.resolve().relative_to(ROOT / "book").with_suffix("").as_posix()
+    )
+    if reads_ledger(chapter):
+        return
+    _toc_notebooks()  # puts tools/ on sys.path
+    from executions import executed_notebook, save_executed
+
+    save_executed(
+        executed_notebook(nb, messages, msg_ids), ledger_dir(), chapter, nbfile.path
+    )

@@ -118,6 +118,7 @@ def test_observable_summary_iid():
         D.observable_summary(x[0])
 
 
+@pytest.mark.slow
 def test_sgld_crossover_experiment_smoke_point():
     import dataclasses
 

@@ -91,6 +91,7 @@ def test_softmax_barrier_and_scaling():
         scaling.softmax_barrier(seq_len=32, vocab_size=4, n_sequences=100.0)
 
 
+@pytest.mark.slow
 def test_crossover_derivations_match_the_solvers():
     from attnbook.copyhead import crossover
 

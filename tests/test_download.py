@@ -95,6 +95,7 @@ def test_unreachable_server_says_what_to_do(tmp_path, monkeypatch):
     assert exc.value.__cause__ is None and exc.value.__suppress_context__
 
 
+@pytest.mark.slow
 def test_download_error_is_one_paragraph_in_a_notebook(tmp_path):
     """In a notebook a failed download shows its message alone, no traceback (IPython's
     ``_render_traceback_``): run one in a kernel against a closed port."""

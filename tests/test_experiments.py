@@ -312,6 +312,7 @@ def test_cli_lists_experiments_as_json(capsys):
 ARCHIVES = sorted((ROOT / "results").glob("*/manifest.json"))
 
 
+@pytest.mark.slow
 def test_archives_are_compact_and_documented():
     parts = {E.get(store.read_manifest(p.parent)["experiment"]).part for p in ARCHIVES}
     # one archive per part at least (ledger-seeds, the sweep of the chapters, is "book")

@@ -115,6 +115,7 @@ def test_bad_arguments(kwargs, err, match):
         odeint(_lotka, Y0, t, **args)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["bdf", "radau", "lsoda"])
 def test_stiff_methods_match_the_closed_form_of_a_stiff_system(method):
     # y' = -diag(1e4, 1) (y - cos t·1) has time scales 1e-4 and 1: its closed form is the

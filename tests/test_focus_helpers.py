@@ -164,6 +164,7 @@ def test_rank_one_orbits_are_exact_symmetries_of_the_rank_one_loss():
         theory.rank_one_orbits(y[:-1])
 
 
+@pytest.mark.slow
 def test_solve_reduced_matches_the_full_flow():
     P = perturbed_chain(4, 0.7, 0.02, 0.5)
     y0 = np.array([0.8, 0.2, 0.15, 0.1, 1.0, -0.5, -0.2, -0.3, 0.05, 0.04])

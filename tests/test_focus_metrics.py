@@ -88,6 +88,7 @@ def four_stage_runs():
     return out
 
 
+@pytest.mark.slow
 def test_four_stages_on_the_population_flow(four_stage_runs):
     r, m = four_stage_runs[0.04]
     st = stage_times(r.t, r.loss, m, r.pi)
@@ -123,6 +124,7 @@ def test_four_stages_on_the_population_flow(four_stage_runs):
     assert r.loss[-1] == pytest.approx(float(entropy_rate(r.P)), abs=1e-3)
 
 
+@pytest.mark.slow
 def test_delta_zero_stalls_at_rank_one(four_stage_runs):
     r, m = four_stage_runs[0.0]
     st = stage_times(r.t, r.loss, m, r.pi)
@@ -131,6 +133,7 @@ def test_delta_zero_stalls_at_rank_one(four_stage_runs):
     assert r.loss[-1] > float(entropy_rate(r.P)) + 0.1
 
 
+@pytest.mark.slow
 def test_measured_growth_matches_rate_along_the_run(four_stage_runs):
     r, m = four_stage_runs[0.04]
     st = stage_times(r.t, r.loss, m, r.pi)

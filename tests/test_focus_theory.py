@@ -188,6 +188,7 @@ def test_saddle_attention_block_precise_agrees_on_the_simplex():
         r["precise"]([0.5, 0.5], 0.5)
 
 
+@pytest.mark.slow
 def test_sympy_reduced_ode_is_the_restricted_full_flow():
     d, m = 3, 4
     red = reduced_ode(d)

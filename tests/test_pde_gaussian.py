@@ -377,6 +377,7 @@ def test_plot_helpers():
     )
 
 
+@pytest.mark.slow
 def test_continuation_that_loses_psd_is_reported_as_divergence():
     """Past a threshold high enough, round-off breaks positive semi-definiteness; the flow
     says so (no plain ValueError). At the default threshold the blow-up index tells the

@@ -84,6 +84,7 @@ def assets(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_release_dry_builds_every_asset_and_each_passes(assets):
     v = attnbook.__version__
     names = sorted(p.name for p in assets.iterdir())
@@ -103,6 +104,7 @@ def test_release_dry_builds_every_asset_and_each_passes(assets):
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.slow
 def test_check_assets_catches_each_kind_of_damage(assets, tmp_path):
     v = attnbook.__version__
     out = tmp_path / "copy"

@@ -17,6 +17,7 @@ def gaussian_potential(mean, prec):
     return U
 
 
+@pytest.mark.slow
 def test_gaussian_moments_and_diagnostics():
     mean = torch.tensor([1.0, -2.0], dtype=torch.float64)
     cov = torch.tensor([[1.0, 0.6], [0.6, 2.0]], dtype=torch.float64)

@@ -437,6 +437,7 @@ def test_verify_bitwise_on_the_same_signature_tolerances_elsewhere(
     assert any("DISAGREES" in line for line in check.lines())
 
 
+@pytest.mark.slow
 def test_an_emulated_path_takes_the_tolerance_path():
     """MKL_CBWR in a fresh process: another signature key, so the stated tolerances rule."""
     archive = ROOT / "results" / "pde-fates"
@@ -449,6 +450,7 @@ def test_an_emulated_path_takes_the_tolerance_path():
     assert there.ok, there.lines()
 
 
+@pytest.mark.slow
 def test_a_ledger_seeds_point_rechecks_on_another_numeric_path():
     """A ledger-seeds point (claim ids, cell positions: text and integers) re-checked where the
     signature differs from the archived one, as on a CPU of another make: the tolerance path
@@ -513,6 +515,7 @@ def test_listing_imports_no_part():
     assert "HEAVY []" in res.stdout and "pde-fates  (Part III)" in res.stdout
 
 
+@pytest.mark.slow
 def test_a_fresh_process_verifies_bitwise(tmp_path, cluster):
     """The command in a new process (SciPy's BLAS not yet loaded) has the worker's signature."""
     out = tmp_path / "fates"

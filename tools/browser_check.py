@@ -27,6 +27,12 @@ image loaded, every math element typeset and no raw ``$``, ``\\(`` or ``\\[`` le
 no slide taller or wider than the 1280 x 720 canvas, every figure at least ``FIGURE_MIN_SCALE`` of its size in the book, and
 no "Solution" or "Expected answers" anywhere. A screenshot of every slide, at 1280 x 720, goes
 under ``--screens``.
+
+On a busy machine every timed wait (loading, typesetting, the search, each screenshot) may
+run out of time: a page or deck whose wait times out, or whose browser tab crashes, is tried
+again on a fresh tab with a longer time limit (``ATTEMPT_TIMEOUTS_MS``). When every attempt
+fails the page fails with one line naming it, for instance ``focus/focus.html: screenshot
+timed out 3 times (30 s, 60 s, 90 s)``, and the run goes on to the next page.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import shutil
 import sys
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 CHROMIUM = "/usr/bin/chromium"
@@ -56,6 +63,143 @@ RAW_MARKUP = (
     "{eq}",
     "{numref}",
 )
+
+# Timed steps and their retries --------------------------------------------------------------
+#: the time limit of every timed step (loading, a script, a screenshot) in each attempt at a
+#: page, in ms: Playwright's default 30 s is too short for a full-page screenshot of a tall
+#: page on a busy 2-core machine, so each retry allows more
+ATTEMPT_TIMEOUTS_MS = (30_000, 60_000, 90_000)
+#: messages of Playwright errors that mean the tab (or its renderer) died under the step: a
+#: fresh tab may well succeed, as after a timeout
+_CRASHED = re.compile(
+    r"target crashed|page crashed|target page, context or browser has been closed",
+    re.IGNORECASE,  # also Playwright's "Navigation failed because page crashed!"
+)
+
+
+def _playwright_errors():
+    """Playwright's ``(Error, TimeoutError)``, imported only once a browser is wanted."""
+    from playwright.sync_api import Error, TimeoutError
+
+    return Error, TimeoutError
+
+
+class StepError(Exception):
+    """A Playwright error in the named step of one attempt at a check.
+
+    ``retryable`` when trying again on a fresh tab may help: the step timed out or its tab
+    crashed. Anything else (a JavaScript error in a check, a refused connection) is a real
+    failure of the page and is reported at once.
+    """
+
+    def __init__(self, step: str, error: Exception):
+        error_class, timeout_class = _playwright_errors()
+        self.step = step
+        self.error = error
+        if isinstance(error, timeout_class):
+            self.reason = "timed out"
+        elif _CRASHED.search(str(error)):
+            self.reason = "lost its tab (crashed or closed)"
+        else:
+            self.reason = "failed"
+        self.retryable = self.reason != "failed"
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        super().__init__(f"{step} {self.reason}: {first_line}")
+
+
+class CheckGaveUp(Exception):
+    """No attempt at a check (or at starting Chromium) succeeded; the message is the
+    report's one line for it."""
+
+
+@contextlib.contextmanager
+def step(name: str):
+    """Name the Playwright calls of the block in what a failure reports (``screenshot``)."""
+    error_class, _ = _playwright_errors()
+    try:
+        yield
+    except error_class as exc:
+        raise StepError(name, exc) from exc
+
+
+def with_retries(name: str, attempt, timeouts_ms=None):
+    """The value of ``attempt(timeout_ms)``, tried once per time limit of ``timeouts_ms``
+    (``ATTEMPT_TIMEOUTS_MS`` when None) while a step of it times out or loses its tab.
+
+    ``attempt`` should open its own tab, so that a retry does not reuse a wedged one.
+    Any other error is raised at once: a real failure is not retried. Raises ``CheckGaveUp``,
+    whose message names ``name``, the step and the time limits, when no attempt succeeded.
+    """
+    error_class, _ = _playwright_errors()
+    if timeouts_ms is None:
+        timeouts_ms = ATTEMPT_TIMEOUTS_MS  # read here, so that a test can shorten it
+    misses: list[tuple[StepError, float]] = []
+    for n, timeout_ms in enumerate(timeouts_ms, start=1):
+        try:
+            return attempt(timeout_ms)
+        except StepError as exc:
+            failure = exc
+        except error_class as exc:  # outside any named step: opening the tab
+            failure = StepError("opening a tab", exc)
+        if not failure.retryable:
+            raise failure
+        misses.append((failure, timeout_ms))
+        if n < len(timeouts_ms):
+            print(
+                f"     {name}: {failure.step} {failure.reason} after "
+                f"{_seconds(timeout_ms)}; trying again within {_seconds(timeouts_ms[n])}",
+                flush=True,
+            )
+    raise CheckGaveUp(_gave_up_line(name, misses))
+
+
+def _seconds(ms: float) -> str:
+    return f"{ms / 1000:g} s"
+
+
+def _gave_up_line(name: str, misses: list[tuple[StepError, float]]) -> str:
+    """``focus/focus.html: screenshot timed out 3 times (30 s, 60 s, 90 s)``."""
+    what = {(f.step, f.reason) for f, _ in misses}
+    if len(what) == 1:
+        step_name, reason = what.pop()
+        limits = ", ".join(_seconds(t) for _, t in misses)
+        return f"{name}: {step_name} {reason} {len(misses)} times ({limits})"
+    tries = "; ".join(f"{f.step} {f.reason} at {_seconds(t)}" for f, t in misses)
+    return f"{name}: gave up after {len(misses)} attempts ({tries})"
+
+
+def run_check(name: str, attempt) -> dict:
+    """The record of ``attempt`` (see ``with_retries``), with the time all its attempts took;
+    a failing record whose one problem names ``name`` when it gave up or a step failed."""
+    start = time.perf_counter()
+    try:
+        rec = with_retries(name, attempt)
+    except CheckGaveUp as exc:
+        rec = {"page": name, "ok": False, "problems": [str(exc)]}
+    except StepError as exc:
+        rec = {"page": name, "ok": False, "problems": [f"{name}: {exc}"]}
+    rec["wall_s"] = round(time.perf_counter() - start, 2)
+    return rec
+
+
+def evaluate_within(page, script: str, arg, timeout_ms: float):
+    """``page.evaluate(script, arg)`` with a time limit, which ``evaluate`` lacks (a script
+    awaiting MathJax or reveal.js could otherwise hang the run). ``wait_for_function`` runs
+    the script once and awaits it; its value must be truthy, or the script runs again."""
+    return page.wait_for_function(script, arg=arg, timeout=timeout_ms).json_value()
+
+
+def _discard(page) -> None:
+    """Close a tab, even one that crashed or was closed already."""
+    error_class, _ = _playwright_errors()
+    with contextlib.suppress(error_class):
+        page.close()
+
+
+def page_name(url: str) -> str:
+    """The page's path under the served directory: ``focus/focus.html``."""
+    return urllib.parse.urlsplit(url).path.lstrip("/")
+
 
 # JavaScript run in the page once it has loaded --------------------------------------------
 WAIT_MATH = """async () => {
@@ -181,23 +325,52 @@ def _open_listening(context):
 
 
 def check_deck(context, url: str, shots: Path | None, min_slides: int = 6) -> dict:
-    """Open one deck, run every check on it and screenshot each slide; returns its record."""
-    page, errors = _open_listening(context)
-    start = time.perf_counter()
-    page.goto(url, wait_until="load")
-    problems: list[str] = []
-    try:
-        page.wait_for_function("() => window.deckReady !== undefined", timeout=15000)
-        facts = page.evaluate(DECK_FACTS, [list(DECK_RAW_MATH), DECK_FORBIDDEN])
-    except Exception as exc:  # reveal.js or MathJax never came up
-        page.close()
-        return {"page": url, "ok": False, "problems": [f"deck not ready: {exc}"]}
-    if shots is not None and shots.exists():
-        shutil.rmtree(shots)  # no screenshot of an earlier, longer deck stays behind
-    slides = []
-    for i in range(facts["slides"]):
-        rec = page.evaluate(SLIDE_FACTS, i)
-        slides.append(rec)
+    """Open one deck, run every check on it and screenshot each slide; returns its record.
+
+    A timed-out step opens the deck again on a fresh tab and redoes every slide."""
+
+    def attempt(timeout_ms: float) -> dict:
+        page, errors = _open_listening(context)
+        try:
+            with step("load"):
+                page.goto(url, wait_until="load", timeout=timeout_ms)
+            with step("deck start (reveal.js, MathJax)"):
+                page.wait_for_function(
+                    "() => window.deckReady !== undefined", timeout=timeout_ms
+                )
+                facts = evaluate_within(
+                    page, DECK_FACTS, [list(DECK_RAW_MATH), DECK_FORBIDDEN], timeout_ms
+                )
+            if shots is not None and shots.exists():
+                # no screenshot of an earlier, longer deck (or attempt) stays behind
+                shutil.rmtree(shots)
+            slides = []
+            for i in range(facts["slides"]):
+                with step(f"slide {i + 1}"):
+                    slides.append(evaluate_within(page, SLIDE_FACTS, i, timeout_ms))
+                if shots is not None:
+                    shots.mkdir(parents=True, exist_ok=True)
+                    with step(f"screenshot of slide {i + 1}"):
+                        page.screenshot(
+                            path=str(shots / f"{i + 1:02d}.jpg"),
+                            type="jpeg",
+                            quality=75,
+                            timeout=timeout_ms,
+                        )
+            seen = list(errors)  # before closing: a closing tab may abort requests
+        finally:
+            _discard(page)
+        return _deck_record(url, facts, slides, seen, min_slides)
+
+    return run_check(page_name(url), attempt)
+
+
+def _deck_record(
+    url: str, facts: dict, slides: list[dict], errors: list[str], min_slides: int
+) -> dict:
+    """A deck's record from its facts, its slides' facts and the errors of its tab."""
+    problems = list(dict.fromkeys(errors))
+    for i, rec in enumerate(slides):
         where = f"slide {i + 1} ({rec['title'].strip()[:40]!r})"
         if rec["height"] > facts["height"]:
             problems.append(
@@ -215,13 +388,6 @@ def check_deck(context, url: str, shots: Path | None, min_slides: int = 6) -> di
                 f"{where}: figure shown at {small[0]:.2f} of its size in the book "
                 f"(at least {FIGURE_MIN_SCALE}: give it more of the slide)"
             )
-        if shots is not None:
-            shots.mkdir(parents=True, exist_ok=True)
-            page.screenshot(
-                path=str(shots / f"{i + 1:02d}.jpg"), type="jpeg", quality=75
-            )
-    page.close()
-    problems[:0] = list(dict.fromkeys(errors))
     if not facts["ready"]:
         problems.append("reveal.js did not initialise")
     if facts["slides"] < min_slides:
@@ -249,26 +415,40 @@ def check_deck(context, url: str, shots: Path | None, min_slides: int = 6) -> di
         "images": facts["images"],
         "titles": [s["title"] for s in slides],
         "figure_scale": {s["title"]: s["figures"] for s in slides if s["figures"]},
-        "wall_s": round(time.perf_counter() - start, 2),
     }
 
 
 def check_deck_index(context, url: str, decks: list[str]) -> dict:
     """The list of decks: loads without errors and links every deck."""
-    page = context.new_page()
-    errors: list[str] = []
-    page.on(
-        "console",
-        lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None,
-    )
-    page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
-    page.goto(url, wait_until="load")
-    links = page.eval_on_selector_all(
-        "a", "els => els.map(e => e.getAttribute('href'))"
-    )
-    page.close()
-    problems = errors + [f"no link to {d}" for d in decks if d not in links]
-    return {"page": url, "ok": not problems, "problems": problems}
+
+    def attempt(timeout_ms: float) -> dict:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on(
+            "console",
+            lambda m: (
+                errors.append(f"console: {m.text}") if m.type == "error" else None
+            ),
+        )
+        page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+        try:
+            with step("load"):
+                page.goto(url, wait_until="load", timeout=timeout_ms)
+            with step("reading the links"):
+                links = evaluate_within(
+                    page,
+                    "() => [...document.querySelectorAll('a')]"
+                    ".map(e => e.getAttribute('href'))",
+                    None,
+                    timeout_ms,
+                )
+            seen = list(errors)
+        finally:
+            _discard(page)
+        problems = seen + [f"no link to {d}" for d in decks if d not in links]
+        return {"page": url, "ok": not problems, "problems": problems}
+
+    return run_check(page_name(url), attempt)
 
 
 def check_decks(slides_dir: Path, screens: Path, chromium: str, min_slides: int) -> int:
@@ -279,25 +459,29 @@ def check_decks(slides_dir: Path, screens: Path, chromium: str, min_slides: int)
         return 2
     start = time.perf_counter()
     records = []
-    with serve(slides_dir) as base, browser(chromium) as b:
-        context = b.new_context(viewport={"width": 1280, "height": 720})
-        for name in ["index.html"] + decks:
-            if name == "index.html":
-                rec = check_deck_index(context, base + name, decks)
-                print(("ok  " if rec["ok"] else "FAIL") + f" {name}")
-            else:
-                shots = screens / name.removesuffix(".html")
-                rec = check_deck(context, base + name, shots, min_slides)
-                print(
-                    ("ok  " if rec["ok"] else "FAIL")
-                    + f" {name} ({rec.get('wall_s')} s, {rec.get('slides')} slides, "
-                    f"{rec.get('math')} math, {rec.get('images')} images)"
-                )
-            rec["page"] = name
-            records.append(rec)
-            for p in rec["problems"]:
-                print(f"     {p}")
-        context.close()
+    try:
+        with serve(slides_dir) as base, browser(chromium) as b:
+            context = b.new_context(viewport={"width": 1280, "height": 720})
+            for name in ["index.html"] + decks:
+                details = ""
+                if name == "index.html":
+                    rec = check_deck_index(context, base + name, decks)
+                else:
+                    shots = screens / name.removesuffix(".html")
+                    rec = check_deck(context, base + name, shots, min_slides)
+                    details = f"{rec['wall_s']} s"
+                    if "slides" in rec:  # not when every attempt timed out
+                        details += (
+                            f", {rec['slides']} slides, {rec['math']} math, "
+                            f"{rec['images']} images"
+                        )
+                rec["page"] = name
+                records.append(rec)
+                _print_record(name, rec, details)
+            context.close()
+    except CheckGaveUp as exc:  # Chromium did not start
+        print(f"FAIL {exc}", file=sys.stderr)
+        return 1
     wall_s = time.perf_counter() - start
     failed = [r for r in records if not r["ok"]]
     screens.mkdir(parents=True, exist_ok=True)
@@ -343,11 +527,23 @@ def book_pages(html_dir: Path) -> list[str]:
 
 @contextlib.contextmanager
 def browser(executable: str = CHROMIUM):
-    """A headless Chromium driven by Playwright (the system browser, no sandbox)."""
+    """A headless Chromium driven by Playwright (the system browser, no sandbox).
+
+    Its start is retried like any timed step; raises ``CheckGaveUp`` when it does not start
+    (``main`` reports that in one line)."""
     from playwright.sync_api import sync_playwright
 
+    def launch(timeout_ms: float):
+        with step("start"):
+            return p.chromium.launch(
+                executable_path=executable, args=["--no-sandbox"], timeout=timeout_ms
+            )
+
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            b = with_retries(executable, launch)
+        except StepError as exc:  # no such file, say: no use trying again
+            raise CheckGaveUp(f"{executable}: {exc}") from exc
         try:
             yield b
         finally:
@@ -355,18 +551,47 @@ def browser(executable: str = CHROMIUM):
 
 
 def check_page(context, url: str, shot: Path | None) -> dict:
-    """Load one page and run every check on it; returns the page's record."""
-    page, errors = _open_listening(context)
-    start = time.perf_counter()
-    page.goto(url, wait_until="load")
-    page.evaluate(WAIT_MATH)
-    facts = page.evaluate(PAGE_FACTS, list(RAW_MARKUP))
-    closed = page.evaluate(OPEN_SOLUTIONS)
-    if shot is not None:
-        shot.parent.mkdir(parents=True, exist_ok=True)
-        page.evaluate("() => window.scrollTo(0, 0)")
-        page.screenshot(path=str(shot), full_page=True, type="jpeg", quality=70)
-    page.close()
+    """Load one page and run every check on it; returns the page's record.
+
+    A timed-out step loads the page again on a fresh tab and redoes every check."""
+
+    def attempt(timeout_ms: float) -> dict:
+        page, errors = _open_listening(context)
+        try:
+            with step("load"):
+                page.goto(url, wait_until="load", timeout=timeout_ms)
+            with step("math typesetting and images"):
+                evaluate_within(page, WAIT_MATH, None, timeout_ms)
+            with step("reading the page"):
+                facts = evaluate_within(page, PAGE_FACTS, list(RAW_MARKUP), timeout_ms)
+            with step("opening the solutions"):
+                closed = evaluate_within(page, OPEN_SOLUTIONS, None, timeout_ms)
+            if shot is not None:
+                shot.parent.mkdir(parents=True, exist_ok=True)
+                with step("screenshot"):
+                    evaluate_within(
+                        page,
+                        "() => { window.scrollTo(0, 0); return true; }",
+                        None,
+                        timeout_ms,
+                    )
+                    page.screenshot(
+                        path=str(shot),
+                        full_page=True,
+                        type="jpeg",
+                        quality=70,
+                        timeout=timeout_ms,
+                    )
+            seen = list(errors)  # before closing: a closing tab may abort requests
+        finally:
+            _discard(page)
+        return _page_record(url, facts, closed, seen)
+
+    return run_check(page_name(url), attempt)
+
+
+def _page_record(url: str, facts: dict, closed: list[str], errors: list[str]) -> dict:
+    """A page's record from its facts, its solutions left closed and its tab's errors."""
     problems = list(dict.fromkeys(errors))  # a resource retried is reported once
     if facts["leftovers"]:
         problems.append(f"raw markup in visible text: {facts['leftovers']}")
@@ -386,35 +611,56 @@ def check_page(context, url: str, shot: Path | None) -> dict:
         "images": facts["images"],
         "exercises": facts["exercises"],
         "solutions": facts["solutions"],
-        "wall_s": round(time.perf_counter() - start, 2),
     }
+
+
+#: true once the search page lists a result or has said that it found none (Sphinx's
+#: searchtools.js writes the summary line when the search is over)
+SEARCH_DONE = """() => {
+  const results = document.querySelectorAll("#search-results ul.search li").length;
+  const summary = document.querySelector("#search-results p.search-summary");
+  return results > 0 || Boolean(summary && summary.textContent.trim());
+}"""
 
 
 def check_search(context, base: str, term: str, expect: str) -> dict:
     """Search for ``term``: the results must list a page whose title contains ``expect``."""
-    page = context.new_page()
-    page.goto(f"{base}search.html?q={term}", wait_until="load")
-    problems = []
-    try:
-        page.wait_for_function(
-            "document.querySelectorAll('#search-results ul.search li').length > 0",
-            timeout=15000,
-        )
-        titles = page.eval_on_selector_all(
-            "#search-results ul.search li a", "els => els.map(e => e.textContent)"
-        )
-    except Exception as exc:  # a timeout: no result at all
-        titles = []
-        problems.append(f"search for {term!r} found nothing ({type(exc).__name__})")
-    if titles and not any(expect.lower() in t.lower() for t in titles):
-        problems.append(f"search for {term!r} did not list {expect!r}: {titles[:5]}")
-    page.close()
-    return {
-        "page": f"search: {term}",
-        "ok": not problems,
-        "problems": problems,
-        "results": len(titles),
-    }
+
+    def attempt(timeout_ms: float) -> dict:
+        page = context.new_page()
+        try:
+            with step("load"):
+                page.goto(
+                    f"{base}search.html?q={term}", wait_until="load", timeout=timeout_ms
+                )
+            with step("search results"):
+                page.wait_for_function(SEARCH_DONE, timeout=timeout_ms)
+                titles = evaluate_within(
+                    page,
+                    "() => [...document.querySelectorAll('#search-results ul.search li a')]"
+                    ".map(e => e.textContent)",
+                    None,
+                    timeout_ms,
+                )
+        finally:
+            _discard(page)
+        problems = []
+        if not titles:
+            problems.append(f"search for {term!r} found nothing")
+        elif not any(expect.lower() in t.lower() for t in titles):
+            problems.append(
+                f"search for {term!r} did not list {expect!r}: {titles[:5]}"
+            )
+        return {
+            "page": f"search: {term}",
+            "ok": not problems,
+            "problems": problems,
+            "results": len(titles),
+        }
+
+    rec = run_check(f"search: {term}", attempt)
+    rec.setdefault("results", 0)  # it gave up: no result seen
+    return rec
 
 
 def redirect_target(path: Path) -> str | None:
@@ -428,6 +674,43 @@ def redirect_target(path: Path) -> str | None:
 
 def screen_name(page: str) -> str:
     return page.removesuffix(".html").replace("/", "__") + ".jpg"
+
+
+def _check_book(args, pages: list[str], records: list[dict]) -> None:
+    """Check every page of ``pages`` and the search, appending their records to ``records``."""
+    with serve(args.html) as base, browser(args.chromium) as b:
+        context = b.new_context(viewport={"width": 1280, "height": 900})
+        for rel in pages:
+            target = redirect_target(args.html / rel)
+            if target is not None:
+                ok = (args.html / rel).parent.joinpath(target).is_file()
+                problems = [] if ok else [f"redirect to a missing page: {target}"]
+                records.append({"page": rel, "ok": ok, "problems": problems})
+                _print_record(rel, records[-1], f"redirect to {target}")
+                continue
+            rec = check_page(context, base + rel, args.screens / screen_name(rel))
+            rec["page"] = rel
+            records.append(rec)
+            details = f"{rec['wall_s']} s"
+            if "math" in rec:  # not when every attempt timed out
+                details += (
+                    f", {rec['math']} math, {rec['images']} images, "
+                    f"{rec['solutions']} solutions"
+                )
+            _print_record(rel, rec, details)
+        rec = check_search(context, base, args.term, args.expect)
+        records.append(rec)
+        _print_record(rec["page"], rec, f"{rec['results']} results")
+        context.close()
+
+
+def _print_record(name: str, rec: dict, details: str = "") -> None:
+    """``ok   name (details)`` or ``FAIL name (details)``, then one line per problem."""
+    mark = "ok  " if rec["ok"] else "FAIL"
+    # flushed: under make, a slow run shows how far it got
+    print(f"{mark} {name}" + (f" ({details})" if details else ""), flush=True)
+    for problem in rec["problems"]:
+        print(f"     {problem}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -452,35 +735,11 @@ def main(argv: list[str] | None = None) -> int:
     pages = book_pages(args.html)
     start = time.perf_counter()
     records = []
-    with serve(args.html) as base, browser(args.chromium) as b:
-        context = b.new_context(viewport={"width": 1280, "height": 900})
-        for rel in pages:
-            target = redirect_target(args.html / rel)
-            if target is not None:
-                ok = (args.html / rel).parent.joinpath(target).is_file()
-                problems = [] if ok else [f"redirect to a missing page: {target}"]
-                records.append({"page": rel, "ok": ok, "problems": problems})
-                print(("ok  " if ok else "FAIL") + f" {rel} (redirect to {target})")
-                continue
-            rec = check_page(context, base + rel, args.screens / screen_name(rel))
-            rec["page"] = rel
-            records.append(rec)
-            mark = "ok  " if rec["ok"] else "FAIL"
-            print(
-                f"{mark} {rel} ({rec['wall_s']} s, {rec['math']} math, "
-                f"{rec['images']} images, {rec['solutions']} solutions)"
-            )
-            for p in rec["problems"]:
-                print(f"     {p}")
-        rec = check_search(context, base, args.term, args.expect)
-        records.append(rec)
-        print(
-            ("ok  " if rec["ok"] else "FAIL")
-            + f" {rec['page']} ({rec['results']} results)"
-        )
-        for p in rec["problems"]:
-            print(f"     {p}")
-        context.close()
+    try:
+        _check_book(args, pages, records)
+    except CheckGaveUp as exc:  # Chromium did not start
+        print(f"FAIL {exc}", file=sys.stderr)
+        return 1
     wall_s = time.perf_counter() - start
     failed = [r for r in records if not r["ok"]]
     args.screens.mkdir(parents=True, exist_ok=True)

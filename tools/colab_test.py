@@ -294,6 +294,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.seed is not None:
             env["ATTNBOOK_SEED"] = str(args.seed)
+        print(
+            "every notebook under "
+            + (
+                f"ATTNBOOK_SEED={args.seed}"
+                if args.seed is not None
+                else "its default seed"
+            ),
+            flush=True,
+        )
         results = []
         with serve(tmp / "served") as url:
             env["ATTNBOOK_DATA_URL"] = url
