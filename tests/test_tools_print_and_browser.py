@@ -87,3 +87,90 @@ def test_pdf_check_reads_code_and_figures_of_a_page():
 def test_pdf_check_usage_error_without_both_editions(capsys):
     assert book_pdf.main(["check", "only-one.pdf"]) == 2
     assert "usage" in capsys.readouterr().out
+
+
+class _FakePage:
+    """A tab whose load times out the first ``slow`` times it is opened."""
+
+    opened = 0
+
+    def __init__(self, slow: int):
+        type(self).opened += 1
+        self.slow, self.closed = slow, False
+
+    def set_default_timeout(self, ms):
+        pass
+
+    def goto(self, url, wait_until, timeout):
+        from playwright.sync_api import TimeoutError
+
+        if type(self).opened <= self.slow:
+            raise TimeoutError(f"Page.goto: Timeout {timeout}ms exceeded.")
+
+    def wait_for_function(self, script, arg=None, timeout=None):
+        class Handle:
+            def json_value(self):
+                return True
+
+        return Handle()
+
+    def add_style_tag(self, content):
+        pass
+
+    def evaluate(self, script, arg=None):
+        return "A chapter" if arg is None else 0
+
+    def emulate_media(self, media):
+        pass
+
+    def pdf(self, **kw):
+        return b"%PDF-fake"
+
+    def close(self):
+        self.closed = True
+
+
+def _fake_context(slow: int):
+    _FakePage.opened = 0
+    pages = []
+
+    class Context:
+        def new_page(self):
+            pages.append(_FakePage(slow))
+            return pages[-1]
+
+    return Context(), pages
+
+
+def test_a_page_that_loads_slowly_once_is_printed_on_a_fresh_tab(monkeypatch):
+    import browser_check
+
+    monkeypatch.setattr(browser_check, "ATTEMPT_TIMEOUTS_MS", (10, 20, 30))
+    context, pages = _fake_context(slow=1)
+    title, data = book_pdf.print_chapter(
+        context,
+        "http://127.0.0.1:1/book/focus/focus.html",
+        "http://127.0.0.1:1/",
+        solutions=True,
+    )
+    assert (title, data) == ("A chapter", b"%PDF-fake")
+    assert len(pages) == 2 and all(p.closed for p in pages)
+
+
+def test_a_page_that_never_loads_is_reported_by_name_not_by_traceback(monkeypatch):
+    import browser_check
+
+    monkeypatch.setattr(browser_check, "ATTEMPT_TIMEOUTS_MS", (10, 20, 30))
+    context, pages = _fake_context(slow=99)
+    with pytest.raises(browser_check.CheckGaveUp) as info:
+        book_pdf.print_chapter(
+            context,
+            "http://127.0.0.1:1/book/focus/focus.html",
+            "http://127.0.0.1:1/",
+            solutions=False,
+        )
+    assert (
+        str(info.value)
+        == "book/focus/focus.html: load timed out 3 times (0.01 s, 0.02 s, 0.03 s)"
+    )
+    assert len(pages) == 3

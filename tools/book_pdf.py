@@ -28,7 +28,18 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from browser_check import CHROMIUM, WAIT_MATH, browser, serve  # noqa: E402
+from browser_check import (  # noqa: E402
+    CHROMIUM,
+    CheckGaveUp,
+    StepError,
+    browser,
+    discard_tab,
+    load_typeset,
+    page_name,
+    serve,
+    step,
+    with_retries,
+)
 
 MARGIN = {"top": "16mm", "bottom": "18mm", "left": "16mm", "right": "16mm"}
 
@@ -98,19 +109,31 @@ def _print(page, **kw) -> bytes:
 def print_chapter(
     context, url: str, base: str, *, solutions: bool
 ) -> tuple[str, bytes]:
-    """Open one built page, prepare it for print and return ``(title, pdf bytes)``."""
-    page = context.new_page()
-    page.goto(url, wait_until="load")
-    page.evaluate(WAIT_MATH)
-    page.add_style_tag(content=PRINT_CSS)
-    page.evaluate(PREPARE, [solutions, base])
-    page.emulate_media(media="print")
-    title = page.evaluate(
-        "() => (document.querySelector('article h1') || {}).textContent || document.title"
-    )
-    data = _print(page, outline=False)
-    page.close()
-    return title.replace("#", "").strip(), data
+    """Open one built page, prepare it for print and return ``(title, pdf bytes)``. Each try
+    is on a fresh tab with its time limit, and a step that times out (or loses its tab, as
+    on a busy machine) is tried again (``browser_check.with_retries``); when every try fails,
+    ``CheckGaveUp`` names the page and the step."""
+
+    def attempt(timeout_ms: float) -> tuple[str, bytes]:
+        page = context.new_page()
+        page.set_default_timeout(timeout_ms)
+        try:
+            load_typeset(page, url, timeout_ms)
+            with step("preparing for print"):
+                page.add_style_tag(content=PRINT_CSS)
+                page.evaluate(PREPARE, [solutions, base])
+                page.emulate_media(media="print")
+                title = page.evaluate(
+                    "() => (document.querySelector('article h1') || {}).textContent"
+                    " || document.title"
+                )
+            with step("printing"):
+                data = _print(page, outline=False)
+            return title.replace("#", "").strip(), data
+        finally:
+            discard_tab(page)
+
+    return with_retries(page_name(url), attempt)
 
 
 def front_matter_html(
@@ -407,9 +430,13 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.html / "search.html").is_file():
         print(f"no built book at {args.html}: run `make book` first", file=sys.stderr)
         return 2
-    summary = build_pdf(
-        args.html, args.out, solutions=args.solutions, chromium=args.chromium
-    )
+    try:
+        summary = build_pdf(
+            args.html, args.out, solutions=args.solutions, chromium=args.chromium
+        )
+    except (CheckGaveUp, StepError) as exc:  # one line naming the page, not a traceback
+        print(f"FAIL {exc}", file=sys.stderr)
+        return 1
     print(
         f"{summary['path']}: {summary['pages']} pages, {summary['chapters']} chapters, "
         f"{summary['bytes'] / 1e6:.1f} MB, {summary['wall_s']} s"

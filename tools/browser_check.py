@@ -189,7 +189,16 @@ def evaluate_within(page, script: str, arg, timeout_ms: float):
     return page.wait_for_function(script, arg=arg, timeout=timeout_ms).json_value()
 
 
-def _discard(page) -> None:
+def load_typeset(page, url: str, timeout_ms: float) -> None:
+    """Load ``url`` in ``page`` and wait until MathJax has typeset it and its images are
+    decoded (two named steps, each within ``timeout_ms``)."""
+    with step("load"):
+        page.goto(url, wait_until="load", timeout=timeout_ms)
+    with step("math typesetting and images"):
+        evaluate_within(page, WAIT_MATH, None, timeout_ms)
+
+
+def discard_tab(page) -> None:
     """Close a tab, even one that crashed or was closed already."""
     error_class, _ = _playwright_errors()
     with contextlib.suppress(error_class):
@@ -359,7 +368,7 @@ def check_deck(context, url: str, shots: Path | None, min_slides: int = 6) -> di
                         )
             seen = list(errors)  # before closing: a closing tab may abort requests
         finally:
-            _discard(page)
+            discard_tab(page)
         return _deck_record(url, facts, slides, seen, min_slides)
 
     return run_check(page_name(url), attempt)
@@ -444,7 +453,7 @@ def check_deck_index(context, url: str, decks: list[str]) -> dict:
                 )
             seen = list(errors)
         finally:
-            _discard(page)
+            discard_tab(page)
         problems = seen + [f"no link to {d}" for d in decks if d not in links]
         return {"page": url, "ok": not problems, "problems": problems}
 
@@ -558,10 +567,7 @@ def check_page(context, url: str, shot: Path | None) -> dict:
     def attempt(timeout_ms: float) -> dict:
         page, errors = _open_listening(context)
         try:
-            with step("load"):
-                page.goto(url, wait_until="load", timeout=timeout_ms)
-            with step("math typesetting and images"):
-                evaluate_within(page, WAIT_MATH, None, timeout_ms)
+            load_typeset(page, url, timeout_ms)
             with step("reading the page"):
                 facts = evaluate_within(page, PAGE_FACTS, list(RAW_MARKUP), timeout_ms)
             with step("opening the solutions"):
@@ -584,7 +590,7 @@ def check_page(context, url: str, shot: Path | None) -> dict:
                     )
             seen = list(errors)  # before closing: a closing tab may abort requests
         finally:
-            _discard(page)
+            discard_tab(page)
         return _page_record(url, facts, closed, seen)
 
     return run_check(page_name(url), attempt)
@@ -643,7 +649,7 @@ def check_search(context, base: str, term: str, expect: str) -> dict:
                     timeout_ms,
                 )
         finally:
-            _discard(page)
+            discard_tab(page)
         problems = []
         if not titles:
             problems.append(f"search for {term!r} found nothing")
