@@ -265,6 +265,7 @@ def test_the_budget_report_sums_the_steps_and_flags_an_overrun(tmp_path):
     steps.write_text("make test\t0\t2000\t0\nmake book\t2000\t2800\t2\n")
     text, within = ci_budget.report(ci_budget.read_steps(steps), budget_s=2700)
     assert not within and "OVER BUDGET" in text and "FAILED (exit 2)" in text
+    assert "the run FAILED at make book" in text
     steps.write_text("make test 600 0\n")
     with pytest.raises(ValueError, match="steps.tsv:1"):
         ci_budget.read_steps(steps)

@@ -125,9 +125,11 @@ def report(steps: list[Step], budget_s: int = BUDGET_S) -> tuple[str, bool]:
             + ("  " + "; ".join(notes) if notes else "")
         )
     within = total <= budget_s
+    failed = [step.name for step in steps if step.status != 0]
     lines.append(
         f"{'total':{width}s} {total:6d} s  {_minutes(total):>6s}  of {budget_s} s "
         f"({100 * total / budget_s:.0f} %): {'within budget' if within else 'OVER BUDGET'}"
+        + (f"; the run FAILED at {failed[0]}" if failed else "")
     )
     return "\n".join(lines), within
 
