@@ -322,3 +322,43 @@ def test_ci_runs_the_readme_command_and_reports_its_budget():
         assert f"\nstep {target}" in run, target
     assert "tools/ci_budget.py report" in run
     assert ci_budget.BEGIN in readme and ci_budget.END in readme
+
+
+@pytest.mark.slow  # a pytest run of its own: seconds
+def test_chapters_are_scheduled_first_and_longest_first(tmp_path):
+    """conftest.py orders the chapters by their expected time (the archived ledger-seeds
+    sweep's median, or the last execution here), ahead of the unit tests, so that two xdist
+    workers end together instead of one waiting out a long chapter alone."""
+    import importlib.util
+    import subprocess
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    expected = conftest._expected_seconds()
+    short, long = sorted(
+        ["foundations/how-to-use", "copyhead/softmax-attention"],
+        key=lambda c: expected[c],
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "--nbval-lax",
+            "tests/test_commit_seed.py",
+            f"book/{short}.md",
+            f"book/{long}.md",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    files = []
+    for line in done.stdout.splitlines():
+        if "::" in line and (name := line.split("::")[0]) not in files:
+            files.append(name)
+    assert files == [f"book/{long}.md", f"book/{short}.md", "tests/test_commit_seed.py"]
