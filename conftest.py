@@ -60,7 +60,10 @@ def pytest_collection_modifyitems(session, config, items):
     xdist workers the run ends on a short chapter instead of one worker waiting out a long one
     alone. xdist's own reordering (by the number of items in a file) is turned off in
     :func:`pytest_configure`; the order is the same on every worker (names break ties)."""
-    expected = _expected_seconds()
+    _toc_notebooks()  # puts tools/ on sys.path
+    from executions import expected_seconds
+
+    expected = expected_seconds(ROOT)
     chapters: dict[str, list] = {}
     others = []
     for item in items:
@@ -79,28 +82,6 @@ def pytest_collection_modifyitems(session, config, items):
     items[:] = [
         it for nodeid in sorted(chapters, key=weight) for it in chapters[nodeid]
     ] + others
-
-
-def _expected_seconds() -> dict[str, float]:
-    """Each chapter's expected wall time: its last execution here (``_build/ledger``), else the
-    median over the archived ``ledger-seeds`` sweep (``results/ledger-seeds``)."""
-    import json
-    import statistics
-
-    walls: dict[str, list[float]] = {}
-    for path in (ROOT / "results" / "ledger-seeds" / "points").glob("*.json"):
-        point = json.loads(path.read_text(encoding="utf-8"))
-        chapter = point.get("config", {}).get("chapter")
-        if chapter and isinstance(point.get("wall_s"), (int, float)):
-            walls.setdefault(chapter, []).append(float(point["wall_s"]))
-    expected = {c: statistics.median(w) for c, w in walls.items()}
-    for path in (ROOT / "_build" / "ledger").glob("*.json"):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-            expected[record["chapter"]] = float(record["elapsed_s"])
-        except (ValueError, KeyError, TypeError):
-            continue  # a record being written, or an old format: the archive's median stands
-    return expected
 
 
 def pytest_collect_file(file_path, parent):

@@ -329,13 +329,9 @@ def test_chapters_are_scheduled_first_and_longest_first(tmp_path):
     """conftest.py orders the chapters by their expected time (the archived ledger-seeds
     sweep's median, or the last execution here), ahead of the unit tests, so that two xdist
     workers end together instead of one waiting out a long chapter alone."""
-    import importlib.util
     import subprocess
 
-    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
-    conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conftest)
-    expected = conftest._expected_seconds()
+    expected = executions.expected_seconds(ROOT)
     short, long = sorted(
         ["foundations/how-to-use", "copyhead/softmax-attention"],
         key=lambda c: expected[c],

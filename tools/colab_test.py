@@ -308,7 +308,14 @@ def main(argv: list[str] | None = None) -> int:
             env["ATTNBOOK_DATA_URL"] = url
             env["ATTNBOOK_RESULTS_URL"] = url.rstrip("/") + "/results/"
             env["ATTNBOOK_INSTALL"] = url + wheel.name
-            nbs = [ROOT / "book" / f"{i}.ipynb" for i in selected]
+            # the longest notebooks first after the one that installs: two workers end together
+            from tools.executions import expected_seconds
+
+            expected = expected_seconds(ROOT)
+            order = selected[:1] + sorted(
+                selected[1:], key=lambda i: -expected.get(i, 0.0)
+            )
+            nbs = [ROOT / "book" / f"{i}.ipynb" for i in order]
             run = functools.partial(
                 _execute,
                 py,

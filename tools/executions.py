@@ -118,6 +118,29 @@ def _sha(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
+def expected_seconds(root: Path = ROOT) -> dict[str, float]:
+    """Each chapter's expected wall time: its last execution here (``_build/ledger``), else the
+    median over the archived ``ledger-seeds`` sweep (``results/ledger-seeds``). The runners
+    start the longest chapters first (``conftest.py``, ``tools/colab_test.py``), so that two
+    workers end together instead of one waiting out a long chapter alone."""
+    import statistics
+
+    walls: dict[str, list[float]] = {}
+    for path in (root / "results" / "ledger-seeds" / "points").glob("*.json"):
+        point = json.loads(path.read_text(encoding="utf-8"))
+        chapter = point.get("config", {}).get("chapter")
+        if chapter and isinstance(point.get("wall_s"), (int, float)):
+            walls.setdefault(chapter, []).append(float(point["wall_s"]))
+    expected = {c: statistics.median(w) for c, w in walls.items()}
+    for path in (root / "_build" / "ledger").glob("*.json"):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            expected[record["chapter"]] = float(record["elapsed_s"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a record being written, or an old format: the archive's median stands
+    return expected
+
+
 # ---- building an executed notebook from the kernel's messages (conftest.py) ----------------
 
 
