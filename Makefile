@@ -145,7 +145,8 @@ $(MATHJAX_DIR)/tex-chtml.js:
 # cache; the book executes every other chapter and the pages that read the ledger. --all: every
 # page is read again, so no page keeps outputs of an earlier build
 book: venv $(MATHJAX_DIR)/tex-chtml.js
-	$(PY) -m tools.executions handover --ledger _build/ledger --cache _build/.jupyter_cache
+	$(PY) -m tools.executions handover --ledger "$${ATTNBOOK_LEDGER_DIR:-_build/ledger}" \
+	  --cache _build/.jupyter_cache
 	$(VENV)/bin/jupyter-book build . -W --keep-going --all
 	$(PY) tools/build_tools.py check-html _build/html
 	@echo "The book is at $(CURDIR)/_build/html/index.html"

@@ -49,6 +49,12 @@ def pytest_configure(config):
         "points, the GPU check on the CPU); `make test-fast` leaves them out, `make test` "
         "runs them",
     )
+    if getattr(config.option, "nbval_cell_timeout", None) == 2000:  # nbval's default
+        # a cell gets the time the book build gives it (_config.yml's execute.timeout)
+        import yaml
+
+        cfg = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+        config.option.nbval_cell_timeout = int((cfg.get("execute") or {})["timeout"])
     if hasattr(config.option, "loadscopereorder"):
         # xdist would order the files by their number of items; the chapters are ordered by
         # their expected time instead (pytest_collection_modifyitems)
@@ -60,10 +66,6 @@ def pytest_collection_modifyitems(session, config, items):
     xdist workers the run ends on a short chapter instead of one worker waiting out a long one
     alone. xdist's own reordering (by the number of items in a file) is turned off in
     :func:`pytest_configure`; the order is the same on every worker (names break ties)."""
-    _toc_notebooks()  # puts tools/ on sys.path
-    from executions import expected_seconds
-
-    expected = expected_seconds(ROOT)
     chapters: dict[str, list] = {}
     others = []
     for item in items:
@@ -74,6 +76,10 @@ def pytest_collection_modifyitems(session, config, items):
             others.append(item)
     if not chapters:
         return
+    _toc_notebooks()  # puts tools/ on sys.path
+    from executions import expected_seconds
+
+    expected = expected_seconds(ROOT)
 
     def weight(nodeid: str) -> tuple[float, str]:
         chapter = nodeid.removeprefix("book/").removesuffix(".md")
@@ -82,6 +88,15 @@ def pytest_collection_modifyitems(session, config, items):
     items[:] = [
         it for nodeid in sorted(chapters, key=weight) for it in chapters[nodeid]
     ] + others
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A chapter any of whose cells failed (in any phase) keeps no execution for the book."""
+    report = yield
+    if report.failed and isinstance(item.parent, MystNotebook):
+        item.parent._failed = True
+    return report
 
 
 def pytest_collect_file(file_path, parent):
@@ -99,9 +114,19 @@ class MystNotebook(IPyNbFile):
     :func:`_keep_execution`."""
 
     def setup(self):
+        self._failed = False
+        self._key = None
+        kept = _kept_path(self)
+        if kept is not None:
+            # an earlier run's execution never stands for this one, which may fail
+            kept.unlink(missing_ok=True)
+            from executions import execution_key
+
+            self._key = execution_key(self.path)  # before the kernel imports anything
         super().setup()
         self._messages: list[dict] = []
         self._msg_ids: list[str] = []
+        self._language_info = _language_info(self.kernel)
         execute = self.kernel.execute_cell_input
 
         def execute_and_note(*args, **kwargs):
@@ -153,36 +178,81 @@ def _toc_notebooks() -> set[Path]:
     return _cache["nb"]
 
 
-def _keep_execution(nbfile) -> None:
-    """Keep a chapter's execution for the book build (``tools/executions.py``): only when
-    every code cell ran to the end without an error, and never for a page that reads the
-    ledger (the book executes those last, over this tree's records)."""
+def _chapter(nbfile) -> str:
+    return nbfile.path.resolve().relative_to(ROOT / "book").with_suffix("").as_posix()
+
+
+def _kept_path(nbfile) -> Path | None:
+    """Where this chapter's execution is kept for the book (None for a page that reads the
+    ledger: the book executes those last, over this tree's records)."""
     from attnbook.claims import ledger_dir, reads_ledger
 
+    chapter = _chapter(nbfile)
+    if reads_ledger(chapter):
+        return None
+    _toc_notebooks()  # puts tools/ on sys.path
+    from executions import executed_path
+
+    return executed_path(ledger_dir(create=False), chapter)
+
+
+def _language_info(kernel) -> dict | None:
+    """The kernel's ``language_info`` (what nbclient records in an executed notebook)."""
+    try:
+        msg_id = kernel.kc.kernel_info()
+        for _ in range(20):
+            reply = kernel.kc.get_shell_msg(timeout=30)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return reply["content"].get("language_info")
+    except Exception:  # noqa: BLE001 - cosmetic: the page then highlights as plain python
+        return None
+    return None
+
+
+def _ran_clean(nbfile) -> bool:
+    """Every code cell ran to the end, no cell failed in pytest and the kernel reported no
+    error (a cell skipped, a timeout or a stop leaves fewer cells run)."""
     msg_ids = getattr(nbfile, "_msg_ids", None)
-    if not msg_ids or nbfile.timed_out:
-        return
-    nb = nbfile.nb
-    if len(msg_ids) != sum(c.cell_type == "code" for c in nb.cells):
-        return  # a cell was skipped or the run stopped early
+    if not msg_ids or nbfile.timed_out or getattr(nbfile, "_failed", True):
+        return False
+    if len(msg_ids) != sum(c.cell_type == "code" for c in nbfile.nb.cells):
+        return False
     messages = nbfile._messages
     if any(m["msg_type"] == "error" for m in messages):
-        return
+        return False
     idle = {
         m["parent_header"].get("msg_id")
         for m in messages
         if m["msg_type"] == "status" and m["content"].get("execution_state") == "idle"
     }
-    if not idle.issuperset(msg_ids):
-        return
-    chapter = (
-        nbfile.path.resolve().relative_to(ROOT / "book").with_suffix("").as_posix()
-    )
-    if reads_ledger(chapter):
-        return
-    _toc_notebooks()  # puts tools/ on sys.path
-    from executions import executed_notebook, save_executed
+    return idle.issuperset(msg_ids)
 
-    save_executed(
-        executed_notebook(nb, messages, msg_ids), ledger_dir(), chapter, nbfile.path
-    )
+
+def _keep_execution(nbfile) -> None:
+    """Keep a chapter's execution for the book build (``tools/executions.py``) when it ran
+    clean and nothing it depends on changed while it ran (its key at the start and at the
+    end agree). Keeping is bookkeeping: when it fails the chapter's test does not, it warns,
+    and the book executes the chapter itself."""
+    import warnings
+
+    kept = _kept_path(nbfile)
+    key = getattr(nbfile, "_key", None)
+    if kept is None or key is None or not _ran_clean(nbfile):
+        return
+    from executions import executed_notebook, execution_key, save_executed
+
+    from attnbook.claims import ledger_dir
+
+    try:
+        if execution_key(nbfile.path) != key:
+            return  # a source changed while the chapter ran: not this tree's execution
+        nb = executed_notebook(nbfile.nb, nbfile._messages, nbfile._msg_ids)
+        if nbfile._language_info:
+            nb.metadata["language_info"] = nbfile._language_info
+        save_executed(nb, ledger_dir(), _chapter(nbfile), key)
+    except Exception as exc:  # noqa: BLE001
+        kept.unlink(missing_ok=True)
+        warnings.warn(
+            f"{_chapter(nbfile)}: its execution was not kept for the book: {exc!r}",
+            stacklevel=2,
+        )

@@ -106,7 +106,8 @@ def _kept(root: Path, ledger: Path) -> Path:
     (ledger).mkdir(parents=True, exist_ok=True)
     executions.record_path(ledger, "part/ch").write_text(json.dumps({"claims": []}))
     nb = executions.executed_notebook(jupytext.read(str(md)), _messages(), ["m1", "m2"])
-    return executions.save_executed(nb, ledger, "part/ch", md, root)
+    key = executions.execution_key(md, root)
+    return executions.save_executed(nb, ledger, "part/ch", key)
 
 
 def test_outputs_are_built_as_nbclient_builds_them():
@@ -214,8 +215,9 @@ def test_an_earlier_build_leaves_nothing_in_the_cache(book, tmp_path):
     assert get_cache(str(cache)).list_cache_records() == []
 
 
-def test_a_chapter_that_failed_is_not_kept(tmp_path):
-    """conftest.py keeps an execution only when every cell ran without an error."""
+def test_only_a_clean_run_of_an_unchanged_tree_is_kept(monkeypatch):
+    """conftest.py keeps an execution only when every cell ran, none failed in pytest, the
+    kernel reported no error and the key at the end is the key at the start."""
     import importlib.util
 
     import jupytext
@@ -224,34 +226,73 @@ def test_a_chapter_that_failed_is_not_kept(tmp_path):
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)
 
-    nb = jupytext.reads(CHAPTER, fmt="md:myst")
-
     class File:
         timed_out = False
+        _failed = False
+        _language_info = {"name": "python"}
         path = ROOT / "book" / "foundations" / "attention-maps.md"
 
-    f = File()
-    f.nb = nb
-    f._msg_ids = ["m1", "m2"]
-    f._messages = _messages()[:-2] + [
-        _msg("m2", "error", ename="ClaimFailed", evalue="", traceback=[])
-    ]
-    f._messages.append(_msg("m2", "status", execution_state="idle"))
+    nb = jupytext.reads(CHAPTER, fmt="md:myst")
+    key = executions.execution_key(File.path)
     saved = []
-    conftest_save = executions.save_executed
-    try:
-        executions.save_executed = lambda *a, **k: saved.append(a)
+    monkeypatch.setattr(executions, "save_executed", lambda *a, **k: saved.append(a))
+
+    def kept(**change) -> bool:
+        saved.clear()
+        f = File()
+        attrs = {
+            "nb": nb,
+            "_key": key,
+            "_msg_ids": ["m1", "m2"],
+            "_messages": _messages(),
+        }
+        f.__dict__.update({**attrs, **change})
         conftest._keep_execution(f)
-        assert saved == []
-        f._msg_ids = ["m1"]  # a cell never ran
-        f._messages = _messages()
-        conftest._keep_execution(f)
-        assert saved == []
-        f._msg_ids = ["m1", "m2"]  # every cell ran, no error: kept
-        conftest._keep_execution(f)
-        assert len(saved) == 1 and saved[0][2] == "foundations/attention-maps"
-    finally:
-        executions.save_executed = conftest_save
+        return bool(saved)
+
+    assert kept()  # every cell ran, no error
+    assert saved[0][2] == "foundations/attention-maps" and saved[0][3] == key
+    assert saved[0][0].metadata["language_info"] == {"name": "python"}
+    error = _msg("m2", "error", ename="ClaimFailed", evalue="", traceback=[])
+    assert not kept(_messages=_messages() + [error])  # the kernel reported an error
+    assert not kept(_msg_ids=["m1"])  # a cell never ran
+    assert not kept(_failed=True)  # a cell failed in pytest
+    assert not kept(timed_out=True)
+    assert not kept(_key="another tree")  # a source changed while the chapter ran
+
+
+def test_handover_removes_records_of_pages_no_longer_in_the_book(book, tmp_path):
+    ledger, cache = tmp_path / "ledger", tmp_path / "cache"
+    _kept(book, ledger)
+    gone = executions.record_path(ledger, "part/removed")
+    gone.write_text("{}")
+    executions.handover(ledger, cache, root=book, log=lambda *a: None)
+    assert not gone.exists()
+    assert executions.record_path(ledger, "part/ch").is_file()
+
+
+def test_two_chapters_with_the_same_code_are_not_handed_over(book, tmp_path):
+    import jupytext
+
+    ledger, cache = tmp_path / "ledger", tmp_path / "cache"
+    _kept(book, ledger)
+    twin = book / "book" / "part" / "twin.md"
+    twin.write_text(CHAPTER.replace("# A chapter", "# Its twin"))
+    (book / "_toc.yml").write_text(
+        "format: jb-book\nroot: book/intro\nchapters:\n"
+        "  - file: book/part/ch\n  - file: book/part/twin\n"
+    )
+    executions.record_path(ledger, "part/twin").write_text(json.dumps({"claims": []}))
+    nb = executions.executed_notebook(
+        jupytext.read(str(twin)), _messages(), ["m1", "m2"]
+    )
+    executions.save_executed(
+        nb, ledger, "part/twin", executions.execution_key(twin, book)
+    )
+    summary = executions.handover(ledger, cache, root=book, log=lambda *a: None)
+    assert summary["handed"] == []
+    assert "part/twin" in summary["execute"]["part/ch"]
+    assert "part/ch" in summary["execute"]["part/twin"]
 
 
 # ---- CI's budget --------------------------------------------------------------------------

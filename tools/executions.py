@@ -43,7 +43,9 @@ EXECUTED = "executed"
 #: The metadata key of an executed notebook that records where it came from.
 META = "attnbook_execution"
 #: Environment variables that select what a chapter computes (seed, device, data, archives,
-#: MKL's numeric path, threads): an execution made under other values is another configuration.
+#: the numeric path of MKL, OpenBLAS and torch, threads, GPUs): an execution made under other
+#: values is another configuration (the numeric ones are provenance's ``NUMERIC_ENV`` and
+#: ``THREAD_ENV``).
 CONFIG_VARS = (
     "ATTNBOOK_SEED",
     "ATTNBOOK_DEVICE",
@@ -54,7 +56,14 @@ CONFIG_VARS = (
     "ATTNBOOK_OFFLINE",
     "MKL_CBWR",
     "MKL_ENABLE_INSTRUCTIONS",
+    "MKL_DEBUG_CPU_TYPE",
+    "OPENBLAS_CORETYPE",
+    "ATEN_CPU_CAPABILITY",
     "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
 )
 #: Trees whose every file feeds every chapter (the package and the archives it reads).
 SOURCE_TREES = ("src/attnbook", "results")
@@ -76,6 +85,22 @@ def _data_dir(root: Path) -> Path:
     return Path(env) if env else root.parent / "shared" / "data"
 
 
+def _cpu_text() -> str:
+    """The first processor's model name and flags (``/proc/cpuinfo``), or the platform's."""
+    import platform
+
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return platform.processor() + platform.machine()
+    keep = [
+        ln
+        for ln in text.split("\n\n")[0].splitlines()
+        if ln.startswith(("model name", "flags"))
+    ]
+    return "\n".join(keep) + platform.machine()
+
+
 def shared_key(root: Path = ROOT) -> str:
     """The part of :func:`execution_key` that every chapter shares (computed once a run)."""
     h = hashlib.sha256()
@@ -88,7 +113,14 @@ def shared_key(root: Path = ROOT) -> str:
     data = _data_dir(root)
     h.update(b"data\0")
     _tree_digest(h, data, data)
-    h.update(sys.version.encode())
+    h.update(sys.version.encode() + sys.executable.encode())
+    # every installed distribution and its version (torch is not in the lock), and the CPU
+    # (its model and flags decide the kernels MKL, OpenBLAS and torch dispatch to)
+    from importlib.metadata import distributions
+
+    installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in distributions())
+    h.update("\n".join(installed).encode())
+    h.update(_cpu_text().encode())
     for var in CONFIG_VARS:
         h.update(f"{var}={os.environ.get(var, '')}\0".encode())
     return h.hexdigest()
@@ -119,10 +151,10 @@ def _sha(path: Path) -> str | None:
 
 
 def expected_seconds(root: Path = ROOT) -> dict[str, float]:
-    """Each chapter's expected wall time: its last execution here (``_build/ledger``), else the
-    median over the archived ``ledger-seeds`` sweep (``results/ledger-seeds``). The runners
-    start the longest chapters first (``conftest.py``, ``tools/colab_test.py``), so that two
-    workers end together instead of one waiting out a long chapter alone."""
+    """Each chapter's expected wall time: the median over the archived ``ledger-seeds`` sweep
+    (``results/ledger-seeds``, committed, so every xdist worker orders the chapters alike).
+    The runners start the longest chapters first (``conftest.py``, ``tools/colab_test.py``),
+    so that two workers end together instead of one waiting out a long chapter alone."""
     import statistics
 
     walls: dict[str, list[float]] = {}
@@ -131,14 +163,7 @@ def expected_seconds(root: Path = ROOT) -> dict[str, float]:
         chapter = point.get("config", {}).get("chapter")
         if chapter and isinstance(point.get("wall_s"), (int, float)):
             walls.setdefault(chapter, []).append(float(point["wall_s"]))
-    expected = {c: statistics.median(w) for c, w in walls.items()}
-    for path in (root / "_build" / "ledger").glob("*.json"):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-            expected[record["chapter"]] = float(record["elapsed_s"])
-        except (ValueError, KeyError, TypeError):
-            continue  # a record being written, or an old format: the archive's median stands
-    return expected
+    return {c: statistics.median(w) for c, w in walls.items()}
 
 
 # ---- building an executed notebook from the kernel's messages (conftest.py) ----------------
@@ -200,16 +225,16 @@ class _FinishedKernel:
         self.shell_channel = self._Channel()
 
 
-def save_executed(
-    nb, ledger: Path, chapter: str, chapter_md: Path, root: Path = ROOT
-) -> Path:
+def save_executed(nb, ledger: Path, chapter: str, key: str) -> Path:
     """Write the executed notebook of ``chapter`` beside its ledger record, atomically, with
-    the key of its sources and the SHA-256 of the record its execution wrote."""
+    ``key`` (:func:`execution_key` when its kernel started, and again when it ended: the
+    caller checks that nothing changed meanwhile) and the SHA-256 of the record its execution
+    wrote."""
     import nbformat
 
     nb.metadata[META] = {
         "chapter": chapter,
-        "key": execution_key(chapter_md, root),
+        "key": key,
         "record_sha256": _sha(record_path(ledger, chapter)),
         "executor": os.environ.get("ATTNBOOK_EXECUTOR", "notebook"),
     }
@@ -280,54 +305,67 @@ def _merged(chapter_md: Path, executed):
     return book
 
 
-def handover(ledger: Path, cache: Path, root: Path = ROOT, log=print) -> dict:
-    """Fill the book build's execution cache with the current executions kept in ``ledger``
-    and remove the ledger records of every other chapter (see the module docstring).
-    Returns ``{"handed": [...], "execute": {chapter: reason}}``."""
+def _candidates(ledger: Path, root: Path) -> tuple[dict, dict]:
+    """``(current, execute)``: the book's reading of each chapter whose kept execution is
+    current, with the kept outputs merged in; and why every other page is executed."""
     import nbformat
     from build_tools import chapter_id, notebook_chapters
-    from jupyter_cache import get_cache
-    from jupyter_cache.base import CacheBundleIn
 
     from attnbook.claims import reads_ledger
 
-    ledger, cache = Path(ledger), Path(cache)
-    if cache.exists():
-        shutil.rmtree(cache)  # nothing of an earlier build is reused unchecked
-    jc = get_cache(str(cache))
     shared = shared_key(root)
-    handed, execute = [], {}
+    current, execute = {}, {}
     for md in notebook_chapters(root):
         chapter = chapter_id(md, root)
         if reads_ledger(chapter):
             execute[chapter] = "reads the ledger: executed last by the book"
             continue
         reason = why_not_current(chapter, md, ledger, shared)
-        merged = None
         if reason is None:
             executed = nbformat.read(str(executed_path(ledger, chapter)), as_version=4)
             merged = _merged(md, executed)
-            if merged is None:
-                reason = "the book reads other code cells than the kept execution"
-        if merged is None:
-            execute[chapter] = reason
-            record = record_path(ledger, chapter)
-            if record.is_file():
-                record.unlink()  # the book's execution writes a fresh one
-            continue
-        uri = str(md.resolve())
+            if merged is not None:
+                current[chapter] = (md, merged)
+                continue
+            reason = "the book reads other code cells than the kept execution"
+        execute[chapter] = reason
+    return current, execute
+
+
+def handover(ledger: Path, cache: Path, root: Path = ROOT, log=print) -> dict:
+    """Fill the book build's execution cache with the current executions kept in ``ledger``
+    and remove every other ledger record (see the module docstring).
+    Returns ``{"handed": [...], "execute": {chapter: reason}}``."""
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    ledger, cache = Path(ledger), Path(cache)
+    if cache.exists():
+        shutil.rmtree(cache)  # nothing of an earlier build is reused unchecked
+    jc = get_cache(str(cache))
+    current, execute = _candidates(ledger, root)
+    # jupyter-cache finds outputs by the code cells alone: two chapters with the same cells
+    # could be given each other's outputs, so neither is handed over
+    digests = {c: jc.create_hashed_notebook(nb)[1] for c, (_, nb) in current.items()}
+    for chapter, digest in digests.items():
+        twins = [c for c, d in digests.items() if d == digest and c != chapter]
+        if twins:
+            execute[chapter] = f"its code cells are those of {twins[0]}"
+    handed = [c for c in current if c not in execute]
+    for chapter in handed:
+        md, merged = current[chapter]
         jc.cache_notebook_bundle(
-            CacheBundleIn(merged, uri, data={"handed_over_by": "make test"}),
+            CacheBundleIn(
+                merged, str(md.resolve()), data={"handed_over_by": "make test"}
+            ),
             check_validity=True,
             overwrite=True,
         )
-        try:  # the book looks the chapter up by its own reading: it must find this entry
-            jc.match_cache_notebook(_book_reading(md))
-        except KeyError:
-            raise RuntimeError(
-                f"{chapter}: the cached execution does not match"
-            ) from None
-        handed.append(chapter)
+    # every record the book does not get from a handed execution goes: the book writes those
+    # of the chapters it executes, and a chapter no longer in the book leaves none behind
+    for record in sorted(ledger.glob("*.json")) if ledger.is_dir() else []:
+        if record.stem.replace("__", "/") not in handed:
+            record.unlink()
     log(
         f"executions handed to the book build: {len(handed)} chapters from {ledger}; "
         f"the book executes {len(execute)}"
