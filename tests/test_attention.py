@@ -117,6 +117,29 @@ def test_sinkhorn_two_clusters_at_low_temperature_converges(beta):
     _is_scaling_of(res.plan.numpy(), S.numpy(), 1.0, 1.0, atol=1e-9)
 
 
+def test_sinkhorn_newton_on_blocks_that_decouple_exactly():
+    """Couplings that underflow (e^-800 = 0): each block has its own free shift, so Newton's
+    matrix is singular; the solver takes the least-norm step instead of raising (it raised
+    LinAlgError on a chapter's cloud at one seed)."""
+    g = torch.Generator().manual_seed(0)
+    S = torch.full((6, 8, 8), -800.0, dtype=torch.float64)
+    S[:, :4, :4] = 4 * torch.randn(6, 4, 4, generator=g, dtype=torch.float64)
+    S[:, 4:, 4:] = 4 * torch.randn(6, 4, 4, generator=g, dtype=torch.float64)
+    res = att.sinkhorn(S, n_iters=3)
+    assert res.converged and res.newton_steps > 0 and res.max_error <= 1e-9
+    for b in range(
+        6
+    ):  # each block is a Sinkhorn scaling of its own kernel (POT-free check)
+        for blk in (slice(0, 4), slice(4, 8)):
+            _is_scaling_of(
+                res.plan[b, blk, blk].numpy(),
+                S[b, blk, blk].numpy(),
+                1.0,
+                1.0,
+                atol=1e-9,
+            )
+
+
 def test_sinkhorn_newton_is_batched_per_problem():
     x = att.example_tokens(12, 2, seed=2)
     S = torch.stack([0.5 * x @ x.T, 30.0 * x @ x.T, 5.0 * x @ x.T])

@@ -318,6 +318,26 @@ def softmax_pool(queries, keys, values, *, key_bias=None):
     return _pool_torch(queries, keys, values, key_bias)
 
 
+def _newton_step(J, rhs):
+    """``J⁻¹ rhs`` per problem of the batch; where ``J`` is singular, the least-norm solution.
+
+    The rank-one term of :func:`_newton_polish` fixes one shift of the potentials. A kernel
+    that splits into blocks with couplings below the float's resolution (two clusters of
+    tokens far apart: entries ``e^{-40}`` next to ``1``) has one free shift per block, so
+    ``J`` is singular there; the pseudo-inverse then takes the step that leaves those shifts
+    alone, which is Newton's step on the blocks.
+    """
+    step, info = torch.linalg.solve_ex(J, rhs.unsqueeze(-1))
+    step = step.squeeze(-1)
+    bad = (info != 0) | ~torch.isfinite(step).all(-1)
+    if bool(bad.any()):
+        step = step.clone()
+        step[bad] = (
+            torch.linalg.pinv(J[bad], hermitian=True) @ rhs[bad].unsqueeze(-1)
+        ).squeeze(-1)
+    return step
+
+
 def _newton_polish(M, f, g, log_r, log_c, n_steps: int, tol: float):
     """Newton steps on the dual of the scaling problem, from Sinkhorn's potentials.
 
@@ -355,7 +375,7 @@ def _newton_polish(M, f, g, log_r, log_c, n_steps: int, tol: float):
             )
             + v.unsqueeze(-1) * v
         )
-        step = torch.linalg.solve(J, -res.unsqueeze(-1)).squeeze(-1)
+        step = _newton_step(J, -res)
         t = torch.ones_like(norm)
         for _ in range(30):  # backtracking, per problem of the batch
             f_new = f + t.unsqueeze(-1) * step[..., :n]
