@@ -309,3 +309,23 @@ def test_exact_claims_have_no_margin(tmp_path):
     assert c.margin is None and c.margin_text() == "n/a"
     s = claims.ledger_summary(claims.load_records(tmp_path))
     assert s["smallest_margins"] == []
+
+
+def test_a_claim_renders_as_a_chip_that_opens_on_its_evidence(tmp_path):
+    """A passing claim is one closed line (✔, statement, the number to 3 digits) whose
+    details hold the criterion, null, interval and note; a failing one is shown open."""
+    import re
+
+    led = Ledger("foundations/attention-maps", title="AM", directory=tmp_path, seed=7)
+    ok = led.check("a.ok", "an error is small", 1.23456e-9, upper=1e-6, **BOUND)
+    page = ok._repr_html_()
+    summary = re.search(r"<summary>(.*?)</summary>", page).group(1)
+    assert page.startswith('<details class="attnbook-claim') and " open" not in page[:60]
+    assert "✔" in summary and "an error is small" in summary and "1.23e-09" in summary
+    folded = page.split("</summary>", 1)[1]
+    assert "≤" not in summary and f"≤ {ok.criterion()[2:]}" in folded  # the criterion
+    assert "a stated scale" in folded and "null / rival" in folded
+    with pytest.raises(ClaimFailed):
+        led.check("a.bad", "too large", 2.0, upper=1.0, **BOUND)
+    bad = led.claims[-1]._repr_html_()
+    assert " open>" in bad[:80] and "✘" in bad

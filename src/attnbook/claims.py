@@ -298,28 +298,40 @@ class Claim:
         text = f"{self.discrimination:.3g}"
         return text + " (too loose to inform)" if self.too_loose else text
 
+    def chip_text(self) -> str:
+        """The measured number to three significant digits, as a claim's chip shows it."""
+        if self.measured is None or not np.isfinite(self.measured):
+            return str(self.measured)
+        value = float(self.measured)
+        if value == int(value) and abs(value) < 1e6:
+            return f"{int(value)}"
+        return f"{value:.3g}"
+
     def _repr_html_(self) -> str:
-        mark, colour = ("✔", "#1a7f37") if self.passed else ("✘", "#cf222e")
-        note = f"<br><small>{html.escape(self.note)}</small>" if self.note else ""
-        refused = (
-            f"<br><b>refused:</b> {html.escape(self.refused)}" if self.refused else ""
-        )
+        """A one-line chip (✔, the statement, the number) that opens on the evidence: the
+        criterion, the null or rival, the interval, margin and discrimination, the note. A
+        failed claim is shown open: a reader must not have to click to see what broke."""
+        mark, cls = ("✔", "pass") if self.passed else ("✘", "fail")
+        esc = html.escape
+        rows = [
+            ("measured", self.measured_text()),
+            ("criterion", self.criterion()),
+            ("null / rival", self.null_text() or "none"),
+            ("margin", self.margin_text()),
+            ("discrimination", self.discrimination_text()),
+            ("kind · source", f"{self.kind} · {self.source}"),
+            ("runs", self.runs_text()),
+            ("note", self.note or ""),
+            ("refused", self.refused or ""),
+        ]
+        body = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows if v)
         return (
-            f'<div class="attnbook-claim" style="border-left:4px solid {colour};'
-            f'padding:2px 8px;margin:4px 0"><b style="color:{colour}">{mark} claim</b> '
-            f"<code>{html.escape(self.id)}</code> — {html.escape(self.statement)}<br>"
-            f"measured <b>{html.escape(self.measured_text())}</b>, expected "
-            f"{html.escape(self.criterion())}, null {html.escape(self.null_text())}, "
-            f"margin {html.escape(self.margin_text())}, discrimination "
-            f"{html.escape(self.discrimination_text())} "
-            f"<i>[{html.escape(self.kind)} · {html.escape(self.source)}]</i>"
-            + (
-                f"<br><small>{html.escape(self.runs_text())}</small>"
-                if self.runs_text()
-                else ""
-            )
-            + f"{note}"
-            f"{refused}</div>"
+            f'<details class="attnbook-claim attnbook-claim-{cls}"'
+            + ("" if self.passed else " open")
+            + f'><summary><span class="attnbook-claim-mark">{mark}</span> '
+            f"{esc(self.statement)} <b>{esc(self.chip_text())}</b></summary>"
+            f'<dl class="attnbook-claim-body"><dt>claim</dt><dd><code>{esc(self.id)}'
+            f"</code></dd>{body}</dl></details>"
         )
 
     def _ipython_display_(self) -> None:
