@@ -283,3 +283,53 @@ def test_a_deck_whose_slide_screenshot_times_out_once_is_retried_and_passes(
     assert sorted(p.name for p in (screens / "session-1").iterdir()) == [
         f"{i:02d}.jpg" for i in range(1, 7)
     ]
+
+
+# reading as a reader (issue 48) ------------------------------------------------------------
+READER_PAGE = """<!doctype html><html><head><meta charset="utf-8">
+<style>body {{ margin: 0 }} .faint {{ color: #bbb }}</style></head><body><main>
+<p>{prose}</p>
+<details class="attnbook-claim"><summary>✔ a claim 0.5</summary>{hidden}</details>
+<details open class="attnbook-claim"><summary>✘ a failed claim 2</summary>shown evidence</details>
+<div class="cell_input"><pre>ch.ledger.check("a", "b", 1.0, upper=2)</pre></div>
+<details class="hide"><summary>show</summary>
+  <div class="cell_input"><pre>ch.ledger.check("c", "d", 1.0, upper=2) {hidden}</pre></div></details>
+<div class="cell_input"><pre>x = make_a_figure()</pre></div>
+<figure><figcaption class="faint">a faint caption</figcaption></figure>
+<div style="width: {wide}px">wide</div>
+</main></body></html>"""
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_reading_a_page_counts_only_what_is_not_folded(tmp_path):
+    """Folded text (a closed chip's evidence, a hidden cell) is not counted; an open chip
+    and a visible check cell are apparatus; a faint caption and a page wider than a phone
+    are reported."""
+    hidden = " ".join(["folded"] * 500)
+    html = tmp_path / "html" / "book" / "focus"
+    html.mkdir(parents=True)
+    page_text = READER_PAGE.format(prose="one two three", hidden=hidden, wide=600)
+    (html / "chapter.html").write_text(page_text, encoding="utf-8")
+    with browser_check.serve(tmp_path / "html") as base, browser_check.browser() as b:
+        context = b.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        page.goto(base + "book/focus/chapter.html")
+        views = browser_check.read_as_reader(page, 10_000)
+        context.close()
+    light = views["light 1280"]
+    assert (
+        "folded" not in str(light) and light["total"] < 60
+    )  # 500 folded words left out
+    # apparatus: the closed chip's line (4 words), the open chip (5 + 2), the visible check
+    # cell (4 whitespace-separated words); code: that cell and the figure's (3)
+    assert light["apparatus"] == 4 + 7 + 4 and light["code"] == 4 + 3
+    assert light["lowContrast"] and "faint caption" in light["lowContrast"][0]
+    assert views["light 1280"]["overflow"] == 0 and views["dark 400"]["overflow"] >= 200
+    problems = browser_check.reader_problems(base + "book/focus/chapter.html", views)
+    assert any("apparatus is" in p for p in problems)
+    assert any("400: the page is" in p for p in problems)
+    assert any("contrast" in p for p in problems)
+    # a part's front page is not held to a chapter's shares
+    front = browser_check.reader_problems(base + "book/focus/index.html", views)
+    assert not any("apparatus is" in p for p in front)

@@ -320,7 +320,9 @@ def test_a_claim_renders_as_a_chip_that_opens_on_its_evidence(tmp_path):
     ok = led.check("a.ok", "an error is small", 1.23456e-9, upper=1e-6, **BOUND)
     page = ok._repr_html_()
     summary = re.search(r"<summary>(.*?)</summary>", page).group(1)
-    assert page.startswith('<details class="attnbook-claim') and " open" not in page[:60]
+    assert (
+        page.startswith('<details class="attnbook-claim') and " open" not in page[:60]
+    )
     assert "✔" in summary and "an error is small" in summary and "1.23e-09" in summary
     folded = page.split("</summary>", 1)[1]
     assert "≤" not in summary and f"≤ {ok.criterion()[2:]}" in folded  # the criterion

@@ -20,7 +20,9 @@ def _chapters():
 
 def test_every_check_cell_of_a_chapter_is_folded():
     missing = {
-        p.relative_to(ROOT).as_posix(): fold_checks.unfolded(p.read_text(encoding="utf-8"))
+        p.relative_to(ROOT).as_posix(): fold_checks.unfolded(
+            p.read_text(encoding="utf-8")
+        )
         for p in _chapters()
     }
     missing = {k: v for k, v in missing.items() if v}

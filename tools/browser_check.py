@@ -11,7 +11,11 @@ server would (over ``file://`` the search page's fetches are blocked by the brow
 For every page: no console error, no uncaught exception and no failed request (a response
 of 400 or more counts as failed); math typeset by MathJax (``mjx-container`` elements, and no
 raw ``$$``, ``\\(``, ``\\[`` or ``{prf:``/``{doc}``/``{ref}``/``{cite}`` left in the visible
-text outside code); every image loaded; every exercise's solution dropdown opens. Then the
+text outside code); every image loaded; every exercise's solution dropdown opens; and, read
+as a reader in light and dark themes at 1280 and 400 px (``READER_VIEWS``): every caption and
+claim chip at WCAG AA contrast, no page wider than the window, and on a chapter page the
+verification outside folds at most 5 % and visible code at most 25 % of the words shown
+(``READER_FACTS``). Then the
 search page must find a known term. A full-page screenshot of each page is saved under
 ``--screens`` with a ``report.json`` listing each page's checks; the exit status is 1 when
 any page fails.
@@ -237,6 +241,63 @@ PAGE_FACTS = """(raw) => {
   return {leftovers, mathNodes, typeset, images: document.images.length, broken,
           solutions: document.querySelectorAll("div.solution.dropdown").length,
           exercises: document.querySelectorAll("div.exercise").length};
+}"""
+
+#: What a reader of a chapter page sees (issue 48). Words of the main element's rendered text
+#: (``innerText`` leaves out what a closed ``<details>`` or a hidden toggle hides), and the
+#: words of what is verification: the claim chips (their summary line when closed), the
+#: inputs of cells that call the ledger or a checker, and ledger tables; the words of visible
+#: code; a page wider than the window; the contrast of every visible caption and claim chip
+#: against the background it is drawn on (WCAG 2 relative luminance).
+READER_FACTS = """() => {
+  const main = document.querySelector("main") || document.body;
+  const words = (el) => (el.innerText || "").split(/\\s+/).filter(Boolean).length;
+  const shown = (el) => el.offsetParent !== null || el.getClientRects().length > 0;
+  const total = words(main);
+  let apparatus = 0;
+  main.querySelectorAll("details.attnbook-claim").forEach((d) => {
+    if (!shown(d)) return;
+    apparatus += d.open ? words(d) : words(d.querySelector("summary"));
+  });
+  const checks = /ledger\\.(check|record)\\(|exercises\\.(check|hint)\\(/;
+  let code = 0;
+  main.querySelectorAll("div.cell_input").forEach((c) => {
+    if (!shown(c) || c.closest("details:not([open])") || c.closest(".toggle-hidden")) return;
+    const n = words(c);
+    code += n;
+    if (checks.test(c.innerText)) apparatus += n;
+  });
+  main.querySelectorAll("table.attnbook-ledger").forEach((t) => {
+    if (shown(t) && !t.closest("details:not([open])")) apparatus += words(t);
+  });
+  const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const background = (el) => {
+    for (let e = el; e; e = e.parentElement) {
+      const c = rgb(getComputedStyle(e).backgroundColor);
+      if (c.length >= 3 && (c.length < 4 || c[3] > 0.5)) return c.slice(0, 3);
+    }
+    return [255, 255, 255];
+  };
+  const lowContrast = [];
+  main.querySelectorAll("figcaption, details.attnbook-claim > summary").forEach((el) => {
+    if (!shown(el) || !(el.innerText || "").trim()) return;
+    const a = lum(rgb(getComputedStyle(el).color).slice(0, 3)), b = lum(background(el));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    if (ratio < 4.5) lowContrast.push(`${el.innerText.trim().slice(0, 40)} (${ratio.toFixed(2)})`);
+  });
+  const overflow = document.documentElement.scrollWidth - window.innerWidth;
+  return {total, apparatus, code, lowContrast, overflow,
+          theme: document.documentElement.dataset.theme || "light"};
+}"""
+
+SET_THEME = """(mode) => {
+  document.documentElement.dataset.theme = mode;
+  document.documentElement.dataset.mode = mode;
+  return true;
 }"""
 
 OPEN_SOLUTIONS = """async () => {
@@ -570,6 +631,8 @@ def check_page(context, url: str, shot: Path | None) -> dict:
             load_typeset(page, url, timeout_ms)
             with step("reading the page"):
                 facts = evaluate_within(page, PAGE_FACTS, list(RAW_MARKUP), timeout_ms)
+            with step("reading as a reader"):
+                reader = read_as_reader(page, timeout_ms)
             with step("opening the solutions"):
                 closed = evaluate_within(page, OPEN_SOLUTIONS, None, timeout_ms)
             if shot is not None:
@@ -591,14 +654,82 @@ def check_page(context, url: str, shot: Path | None) -> dict:
             seen = list(errors)  # before closing: a closing tab may abort requests
         finally:
             discard_tab(page)
-        return _page_record(url, facts, closed, seen)
+        return _page_record(url, facts, closed, seen, reader)
 
     return run_check(page_name(url), attempt)
 
 
-def _page_record(url: str, facts: dict, closed: list[str], errors: list[str]) -> dict:
-    """A page's record from its facts, its solutions left closed and its tab's errors."""
+#: the widths and themes a page is read in: a laptop and a phone, light and dark
+READER_VIEWS = (("light", 1280), ("dark", 1280), ("dark", 400), ("light", 400))
+#: on a chapter page, verification outside folds and visible code, as shares of the words a
+#: reader sees (issue 48: "≤ 5 %" and "≤ 25 %")
+APPARATUS_MAX, CODE_MAX = 0.05, 0.25
+#: pages of the parts that are not chapters (a part's front page, its findings)
+NOT_CHAPTERS = ("index", "findings")
+
+
+def read_as_reader(page, timeout_ms: float) -> dict:
+    """:data:`READER_FACTS` in each of :data:`READER_VIEWS`, on the loaded page (the theme
+    and the window changed in place: no reload); the page is left light at 1280 px."""
+    views = {}
+    try:
+        for theme, width in READER_VIEWS:
+            page.set_viewport_size({"width": width, "height": 900})
+            evaluate_within(page, SET_THEME, theme, timeout_ms)
+            views[f"{theme} {width}"] = evaluate_within(
+                page, READER_FACTS, None, timeout_ms
+            )
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 900})
+        evaluate_within(page, SET_THEME, "light", timeout_ms)
+    return views
+
+
+def is_chapter(url: str) -> bool:
+    """A chapter of a part (its page carries the chapter's cells), not a front page."""
+    parts = page_name(url).removesuffix(".html").split("/")
+    return (
+        len(parts) == 3
+        and parts[0] == "book"
+        and parts[1] in ("foundations", "focus", "copyhead", "pde")
+        and parts[2] not in NOT_CHAPTERS
+    )
+
+
+def reader_problems(url: str, views: dict) -> list[str]:
+    """What a reader would trip over, from :func:`read_as_reader`'s facts."""
+    problems = []
+    for view, f in views.items():
+        if f["lowContrast"]:
+            problems.append(
+                f"{view}: text below WCAG AA contrast: {f['lowContrast'][:3]}"
+            )
+        if f["overflow"] > 1:
+            problems.append(
+                f"{view}: the page is {f['overflow']} px wider than the window"
+            )
+    first = views.get("light 1280")
+    if first and is_chapter(url) and first["total"]:
+        for what, limit in (("apparatus", APPARATUS_MAX), ("code", CODE_MAX)):
+            share = first[what] / first["total"]
+            if share > limit:
+                problems.append(
+                    f"{what} is {share:.0%} of the visible words (at most {limit:.0%})"
+                )
+    return problems
+
+
+def _page_record(
+    url: str,
+    facts: dict,
+    closed: list[str],
+    errors: list[str],
+    reader: dict | None = None,
+) -> dict:
+    """A page's record from its facts, its solutions left closed, its tab's errors and what
+    it shows a reader (:func:`read_as_reader`)."""
     problems = list(dict.fromkeys(errors))  # a resource retried is reported once
+    problems += reader_problems(url, reader or {})
     if facts["leftovers"]:
         problems.append(f"raw markup in visible text: {facts['leftovers']}")
     if facts["mathNodes"] and not facts["typeset"]:
@@ -617,6 +748,7 @@ def _page_record(url: str, facts: dict, closed: list[str], errors: list[str]) ->
         "images": facts["images"],
         "exercises": facts["exercises"],
         "solutions": facts["solutions"],
+        "reader": reader or {},
     }
 
 
@@ -703,6 +835,12 @@ def _check_book(args, pages: list[str], records: list[dict]) -> None:
                     f", {rec['math']} math, {rec['images']} images, "
                     f"{rec['solutions']} solutions"
                 )
+                first = rec["reader"].get("light 1280")
+                if first and first["total"] and is_chapter(base + rel):
+                    details += (
+                        f", apparatus {first['apparatus'] / first['total']:.1%}, "
+                        f"code {first['code'] / first['total']:.1%}"
+                    )
             _print_record(rel, rec, details)
         rec = check_search(context, base, args.term, args.expect)
         records.append(rec)

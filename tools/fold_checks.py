@@ -26,7 +26,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CALLS = ("ledger.check(", "ledger.record(", "exercises.check(", "exercises.hint(", "setup_chapter(")
+CALLS = (
+    "ledger.check(",
+    "ledger.record(",
+    "exercises.check(",
+    "exercises.hint(",
+    "setup_chapter(",
+)
 FOLDED = ("hide-input", "remove-input", "remove-cell")
 FENCE = re.compile(r"^```\{code-cell\}[^\n]*\n", re.M)
 
