@@ -204,3 +204,36 @@ def test_a_bad_findings_file_names_the_row(tmp_path):
         load_findings(bad)
     with pytest.raises(TypeError, match="path"):
         load_findings(3)
+
+
+def test_findings_at_a_glance_rounds_counts_and_folds(tmp_path):
+    """The glance view: verdict counts first, one line per result that opens on the numbers
+    (3 significant digits), the reason and the claims; a failed claim is refused."""
+    from attnbook.findings import findings_glance_html, verdict_counts
+
+    rows = [
+        _row(),
+        _row(verdict="differs", measured="mean {x.noisy}", claims=("x.noisy",)),
+        _row(verdict="not tested", claims=(), measured="nothing valid"),
+    ]
+    counts = verdict_counts(rows)
+    assert counts == {
+        "reproduced": 1,
+        "reproduced with caveat": 0,
+        "differs": 1,
+        "not tested": 1,
+    }
+    page = findings_glance_html(rows, _records(tmp_path))
+    strip = page.split("</p>", 1)[0]
+    assert "1 reproduced" in strip and "1 differs" in strip and "caveat" not in strip
+    assert page.count('<details class="attnbook-finding">') == 3
+    assert "rate 0.501" in page and "0.5012" not in page  # rounded to 3 digits
+    assert "(n = 5)" in page and claim_anchor(CHAPTER, "x.rate") in page
+    assert fill("{x.rate}", claims_by_id(_records(tmp_path)), digits=2) == "0.5"
+    with pytest.raises(ValueError, match="digits"):
+        fill("{x.rate}", claims_by_id(_records(tmp_path)), digits=0)
+    with pytest.raises(ClaimFailed):
+        findings_glance_html(
+            [_row(measured="{x.bad}", claims=("x.bad",))],
+            _records(tmp_path / "f", fail=True),
+        )

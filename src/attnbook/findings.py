@@ -42,6 +42,9 @@ __all__ = [
     "fill",
     "check_findings",
     "findings_table_html",
+    "findings_glance_html",
+    "verdict_counts",
+    "VERDICT_COLOURS",
     "robustness",
     "FindingsPage",
     "load_findings",
@@ -114,31 +117,43 @@ def claims_by_id(records: list[dict]) -> dict[str, tuple[str, Claim]]:
     return out
 
 
-def _optional_field(claim: Claim, name: str) -> str:
+def _short(digits: int | None):
+    """The number format of a page: the ledger's (``None``) or ``digits`` significant ones."""
+    if digits is None:
+        return _fmt
+    return lambda x: "" if x is None else f"{x:.{digits}g}"
+
+
+def _optional_field(claim: Claim, name: str, fmt=_fmt) -> str:
     """A field that not every claim has: ``expected``, ``interval`` (samples only) or
     ``runs`` (samples only); ``ValueError`` when this claim has none."""
     if name == "expected":
         if claim.expected is None:
             raise ValueError(f"claim {claim.id!r} has no expected value")
-        return _fmt(claim.expected)
+        return fmt(claim.expected)
     if name == "interval":
         if claim.interval is None:
             raise ValueError(f"claim {claim.id!r} has no interval (one number)")
         lo, hi = claim.interval
-        return f"[{_fmt(lo)}, {_fmt(hi)}]"
+        return f"[{fmt(lo)}, {fmt(hi)}]"
     runs = claim.runs_meeting()
     if runs is None:
         raise ValueError(f"claim {claim.id!r} has no runs to count (one number)")
     return f"{runs[0]} of {runs[1]}"
 
 
-def _field(claim: Claim, name: str | None) -> str:
+def _field(claim: Claim, name: str | None, fmt=_fmt) -> str:
     if name is None:
-        return claim.measured_text()
+        if fmt is _fmt:
+            return claim.measured_text()
+        if claim.interval is None:
+            return fmt(claim.measured)
+        lo, hi = claim.interval
+        return f"{fmt(claim.measured)} [{fmt(lo)}, {fmt(hi)}] (n = {claim.n})"
     if name == "value":
-        return _fmt(claim.measured)
+        return fmt(claim.measured)
     if name in ("expected", "interval", "runs"):
-        return _optional_field(claim, name)
+        return _optional_field(claim, name, fmt)
     if name == "n":
         return str(claim.n)
     if name == "criterion":
@@ -148,11 +163,19 @@ def _field(claim: Claim, name: str | None) -> str:
     raise ValueError(f"placeholder field must be one of {_FIELDS}, not {name!r}")
 
 
-def fill(template: str, by_id: dict[str, tuple[str, Claim]]) -> str:
+def fill(
+    template: str, by_id: dict[str, tuple[str, Claim]], *, digits: int | None = None
+) -> str:
     """``template`` with every ``{claim-id}`` / ``{claim-id|field}`` replaced from the ledger
     (``by_id`` from :func:`claims_by_id`); a missing claim raises ``ValueError``, a failed
-    one :class:`~attnbook.claims.ClaimFailed`."""
+    one :class:`~attnbook.claims.ClaimFailed`. ``digits``: round every number to that many
+    significant digits (default: the ledger's own format)."""
     _text(template, "template")
+    if digits is not None and (
+        isinstance(digits, bool) or not isinstance(digits, int) or digits < 1
+    ):
+        raise ValueError(f"digits must be a positive integer or None, got {digits!r}")
+    fmt = _short(digits)
 
     def sub(m: re.Match) -> str:
         cid, name = m.group(1), m.group(2)
@@ -161,7 +184,7 @@ def fill(template: str, by_id: dict[str, tuple[str, Claim]]) -> str:
         claim = by_id[cid][1]
         if not claim.passed:
             raise ClaimFailed(f"claim {cid!r} failed in this build")
-        return _field(claim, name)
+        return _field(claim, name, fmt)
 
     return _PLACEHOLDER.sub(sub, template)
 
@@ -199,12 +222,7 @@ def findings_table_html(
     by_id = check_findings(findings, records)
     cell = 'style="padding:4px 6px;vertical-align:top"'
     cols = ("paper's result", "what we measured", "verdict", "why", "claims")
-    colours = {
-        "reproduced": "#1a7f37",
-        "reproduced with caveat": "#9a6700",
-        "differs": "#cf222e",
-        "not tested": "#57606a",
-    }
+    colours = VERDICT_COLOURS
     head = "<tr>" + "".join(f"<th {cell}>{c}</th>" for c in cols) + "</tr>"
     rows = []
     for f in findings:
@@ -223,6 +241,66 @@ def findings_table_html(
     return (
         '<table class="attnbook-findings" style="font-size:0.85em;'
         'border-collapse:collapse">' + head + "".join(rows) + "</table>"
+    )
+
+
+#: a verdict's colour on the page (readable on the light and the dark theme)
+VERDICT_COLOURS = {
+    "reproduced": "#1a7f37",
+    "reproduced with caveat": "#9a6700",
+    "differs": "#cf222e",
+    "not tested": "#57606a",
+}
+
+
+def verdict_counts(findings) -> dict[str, int]:
+    """How many rows carry each verdict, in :data:`VERDICTS` order."""
+    counts = dict.fromkeys(VERDICTS, 0)
+    for f in findings:
+        counts[f.verdict] += 1
+    return counts
+
+
+def findings_glance_html(
+    findings,
+    records: list[dict],
+    *,
+    digits: int = 3,
+    ledger_url: str = "../reference/claims-ledger.html",
+) -> str:
+    """The findings at a glance: a strip of verdict counts, then one line per result of the
+    paper (its verdict as a coloured badge, the result in the paper's words) that opens on
+    what we measured (numbers to ``digits`` significant digits), why, and the claims it
+    rests on, linked to the ledger. Refuses missing or failed claims as
+    :func:`findings_table_html` does."""
+    by_id = check_findings(findings, records)
+    esc = html.escape
+    strip = "".join(
+        f'<span class="attnbook-verdict attnbook-verdict-{v.replace(" ", "-")}">'
+        f"{n} {esc(v)}</span>"
+        for v, n in verdict_counts(findings).items()
+        if n
+    )
+    rows = []
+    for f in findings:
+        links = ", ".join(
+            f'<a href="{ledger_url}#{claim_anchor(by_id[c][0], c)}"><code>'
+            f"{esc(c)}</code></a>"
+            for c in f.claims
+        )
+        rows.append(
+            f'<details class="attnbook-finding"><summary><span class="attnbook-verdict '
+            f'attnbook-verdict-{f.verdict.replace(" ", "-")}">{esc(f.verdict)}</span> '
+            f"{esc(f.result)}</summary><dl><dt>where</dt><dd>{esc(f.section)}</dd>"
+            f"<dt>measured</dt><dd>{esc(fill(f.measured, by_id, digits=digits))}</dd>"
+            f"<dt>why</dt><dd>{esc(f.why)}</dd>"
+            + (f"<dt>claims</dt><dd>{links}</dd>" if links else "")
+            + "</dl></details>"
+        )
+    return (
+        f'<div class="attnbook-glance"><p class="attnbook-verdict-strip">{strip}</p>'
+        + "".join(rows)
+        + "</div>"
     )
 
 
