@@ -1,10 +1,19 @@
-"""Interactive explorers (ipywidgets) used in the chapters.
+"""Interactive explorers used in the chapters.
 
-Widgets need a live kernel; every chapter that shows one also draws a static figure of the
-same thing, so the HTML book reads well without one.
+The ipywidgets explorers need a live kernel (Colab, a local Jupyter). For the published HTML,
+:func:`frame_slider` draws an explorer's figure at every setting of its sliders when the
+chapter is executed and shows the frames behind plain HTML range sliders with a few lines of
+JavaScript: it moves on a static page, with no kernel.
 """
 
 from __future__ import annotations
+
+import base64
+import html
+import io
+import itertools
+import json
+import uuid
 
 import matplotlib.pyplot as plt
 import torch
@@ -12,7 +21,7 @@ import torch
 from .attention import KINDS, attention_weights, example_tokens, row_entropy
 from .plotting import KIND_LABELS, to_numpy
 
-__all__ = ["attention_explorer"]
+__all__ = ["attention_explorer", "frame_slider", "FrameSlider"]
 
 
 def attention_explorer(tokens=None, *, n: int = 12, seed=None):
@@ -73,3 +82,111 @@ def attention_explorer(tokens=None, *, n: int = 12, seed=None):
         w.observe(draw, names="value")
     draw()
     return W.VBox([W.HBox([kind, beta, causal]), out])
+
+
+#: the frames' player: the slider positions pick a frame (the first axis outermost)
+_FRAMES_JS = """(() => {
+  const root = document.getElementById(__ROOT__);
+  const data = JSON.parse(root.querySelector("script[type='application/json']").textContent);
+  const img = root.querySelector("img");
+  const inputs = [...root.querySelectorAll("input[type=range]")];
+  const show = () => {
+    let i = 0;
+    inputs.forEach((el, k) => {
+      i = i * data.sizes[k] + Number(el.value);
+      el.nextElementSibling.textContent = data.labels[k][Number(el.value)];
+    });
+    img.src = "data:image/png;base64," + data.frames[i];
+    img.dataset.frame = i;
+  };
+  inputs.forEach((el) => el.addEventListener("input", show));
+})();"""
+
+
+class FrameSlider:
+    """Pre-rendered frames of an explorer behind HTML range sliders (:func:`frame_slider`)."""
+
+    def __init__(self, axes: dict, frames: list, title: str, start: list):
+        self.axes, self.frames, self.title, self.start = axes, frames, title, start
+
+    def _repr_html_(self) -> str:
+        uid = "attnbook-frames-" + uuid.uuid4().hex[:10]
+        names = list(self.axes)
+        sliders = "".join(
+            f'<label>{html.escape(name)} <input type="range" min="0" '
+            f'max="{len(values) - 1}" step="1" value="{self.start[k]}" data-axis="{k}">'
+            f" <output>{html.escape(values[self.start[k]])}</output></label>"
+            for k, (name, values) in enumerate(self.axes.items())
+        )
+        index = 0
+        for k, name in enumerate(names):
+            index = index * len(self.axes[name]) + self.start[k]
+        sizes = [len(v) for v in self.axes.values()]
+        labels = [list(v) for v in self.axes.values()]
+        data = json.dumps({"frames": self.frames, "sizes": sizes, "labels": labels})
+        script = _FRAMES_JS.replace("__ROOT__", json.dumps(uid))
+        return (
+            f'<div class="attnbook-frames" id="{uid}">'
+            f'<div class="attnbook-frames-controls">{sliders}</div>'
+            f'<img alt="{html.escape(self.title)}" data-frame="{index}" '
+            f'style="max-width:100%;height:auto" '
+            f'src="data:image/png;base64,{self.frames[index]}">'
+            f'<script type="application/json">{html.escape(data, quote=False)}</script>'
+            f"<script>{script}</script></div>"
+        )
+
+    def __repr__(self) -> str:
+        dims = " x ".join(f"{k} ({len(v)})" for k, v in self.axes.items())
+        return f"FrameSlider({self.title!r}: {len(self.frames)} frames over {dims})"
+
+
+def frame_slider(
+    draw, axes: dict, *, start: dict | None = None, title: str = "", dpi=110
+):
+    """An explorer that moves without a kernel: ``draw(**setting)`` returns a Matplotlib figure
+    for one setting; it is called for every combination of ``axes`` (a name → list of values,
+    one slider each, the first axis outermost) and each figure is kept as a PNG. The result
+    shows the frames behind range sliders in any browser (a static HTML page included).
+
+    ``start``: the setting shown first (name → one of its values; default the first values).
+    ``dpi``: the frames' resolution (the page scales them to its width).
+    """
+    if not callable(draw):
+        raise TypeError("draw must be a callable returning a Matplotlib figure")
+    if not isinstance(axes, dict) or not axes:
+        raise ValueError("axes must be a non-empty dict: slider name -> list of values")
+    for name, values in axes.items():
+        if (
+            not isinstance(name, str)
+            or not isinstance(values, (list, tuple))
+            or not values
+        ):
+            raise ValueError(f"axes[{name!r}] must be a non-empty list of values")
+    start = dict(start or {})
+    unknown = sorted(set(start) - set(axes))
+    if unknown:
+        raise ValueError(f"start names axes that do not exist: {unknown}")
+    first = []
+    for name, values in axes.items():
+        value = start.get(name, values[0])
+        if value not in values:
+            raise ValueError(
+                f"start[{name!r}] = {value!r} is not one of {list(values)}"
+            )
+        first.append(list(values).index(value))
+    frames = []
+    for combo in itertools.product(*axes.values()):
+        fig = draw(**dict(zip(axes, combo)))
+        if not isinstance(fig, plt.Figure):
+            raise TypeError(
+                f"draw must return a Matplotlib figure, got {type(fig).__name__}"
+            )
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=dpi)
+        plt.close(fig)
+        frames.append(base64.b64encode(buf.getvalue()).decode("ascii"))
+    labels = {
+        name: [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
+        for name, values in axes.items()
+    }
+    return FrameSlider(labels, frames, title, first)
