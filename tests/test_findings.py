@@ -37,7 +37,7 @@ def _records(tmp_path, *, fail=False):
         rtol=0.01,
         null=0.0,
         kind="experiment",
-        source="seed",
+        source="paper",
         note="integrator error",
     )
     ledger.check(

@@ -97,9 +97,9 @@ __all__ = [
 #: numeric computation; an exact identity checked numerically; a measured fact with no
 #: theoretical value.
 KINDS = ("experiment", "derivation", "identity", "observation")
-#: Where a claim's statement comes from: the paper's summary (the seed) says it; our
+#: Where a claim's statement comes from: the paper (or its summary) says it; our
 #: reconstruction of the paper; derived in the book; measured here.
-SOURCES = ("seed", "reconstructed", "derived", "measured")
+SOURCES = ("paper", "reconstructed", "derived", "measured")
 #: The fewest samples a claim about a random quantity may rest on.
 MIN_SAMPLES = 5
 #: A discrimination below this is flagged "too loose to inform" on the page: the null misses

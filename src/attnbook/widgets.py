@@ -21,7 +21,7 @@ import torch
 from .attention import KINDS, attention_weights, example_tokens, row_entropy
 from .plotting import KIND_LABELS, to_numpy
 
-__all__ = ["attention_explorer", "frame_slider", "FrameSlider"]
+__all__ = ["attention_explorer", "attention_figure", "frame_slider", "FrameSlider"]
 
 
 def attention_explorer(tokens=None, *, n: int = 12, seed=None):
@@ -61,27 +61,38 @@ def attention_explorer(tokens=None, *, n: int = 12, seed=None):
                     "matrix is the identity)."
                 )
                 return
-            b = beta.value
-            q = x * (b**0.5)
-            P = attention_weights(q, q, kind=kind.value, causal=causal.value)
-            fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(7.5, 3.4))
-            ax0.scatter(*to_numpy(x).T, c=range(len(x)), cmap="coolwarm")
-            for i, (a, c) in enumerate(to_numpy(x)):
-                ax0.annotate(str(i), (a, c), fontsize=7)
-            ax0.set_title("tokens")
-            im = ax1.imshow(to_numpy(P), cmap="viridis")
-            fig.colorbar(im, ax=ax1, shrink=0.8)
-            title = f"{KIND_LABELS[kind.value]}, β = {b:.2g}"
-            if kind.value not in ("linear", "sigmoid"):
-                title += f", mean row entropy {float(row_entropy(P).mean()):.2f}"
-            ax1.set_title(title)
-            ax1.grid(False)
+            attention_figure(x, kind=kind.value, beta=beta.value, causal=causal.value)
             plt.show()
 
     for w in (kind, beta, causal):
         w.observe(draw, names="value")
     draw()
     return W.VBox([W.HBox([kind, beta, causal]), out])
+
+
+def attention_figure(tokens, *, kind: str = "softmax", beta: float = 1.0, causal=False):
+    """The explorers' view of one setting: the token cloud and its attention map at inverse
+    temperature ``beta`` (queries and keys are the tokens scaled by √β). Returns the figure."""
+    x = torch.as_tensor(tokens, dtype=torch.float64)
+    if x.dim() != 2 or x.shape[1] != 2:
+        raise ValueError(f"tokens must have shape (n, 2), got {tuple(x.shape)}")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    q = x * (float(beta) ** 0.5)
+    P = attention_weights(q, q, kind=kind, causal=causal)
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(7.5, 3.4))
+    ax0.scatter(*to_numpy(x).T, c=range(len(x)), cmap="coolwarm")
+    for i, (a, c) in enumerate(to_numpy(x)):
+        ax0.annotate(str(i), (a, c), fontsize=7)
+    ax0.set_title("tokens")
+    im = ax1.imshow(to_numpy(P), cmap="viridis")
+    fig.colorbar(im, ax=ax1, shrink=0.8)
+    title = f"{KIND_LABELS[kind]}, β = {beta:.2g}"
+    if kind not in ("linear", "sigmoid"):
+        title += f", mean row entropy {float(row_entropy(P).mean()):.2f}"
+    ax1.set_title(title)
+    ax1.grid(False)
+    return fig
 
 
 #: the frames' player: the slider positions pick a frame (the first axis outermost)
@@ -143,9 +154,10 @@ class FrameSlider:
 def frame_slider(
     draw, axes: dict, *, start: dict | None = None, title: str = "", dpi=110
 ):
-    """An explorer that moves without a kernel: ``draw(**setting)`` returns a Matplotlib figure
-    for one setting; it is called for every combination of ``axes`` (a name → list of values,
-    one slider each, the first axis outermost) and each figure is kept as a PNG. The result
+    """An explorer that moves without a kernel: ``draw(*setting)`` returns a Matplotlib figure
+    for one setting (one value per axis, in the order of ``axes``); it is called for every
+    combination of ``axes`` (a slider's label → its list of values, the first axis outermost)
+    and each figure is kept as a PNG. The result
     shows the frames behind range sliders in any browser (a static HTML page included).
 
     ``start``: the setting shown first (name → one of its values; default the first values).
@@ -176,7 +188,7 @@ def frame_slider(
         first.append(list(values).index(value))
     frames = []
     for combo in itertools.product(*axes.values()):
-        fig = draw(**dict(zip(axes, combo)))
+        fig = draw(*combo)
         if not isinstance(fig, plt.Figure):
             raise TypeError(
                 f"draw must return a Matplotlib figure, got {type(fig).__name__}"
