@@ -152,7 +152,10 @@ class MystNotebook(IPyNbFile):
         import jupytext
         import nbval.plugin
 
-        nb = jupytext.read(str(self.path))
+        # the text the cells come from: a chapter edited between collection and its run
+        # executes the old cells, which must not be kept under the new text's key
+        self._collected_text = self.path.read_text(encoding="utf-8")
+        nb = jupytext.reads(self._collected_text, fmt="md:myst")
         with mock.patch.object(nbval.plugin.nbformat, "read", lambda *a, **k: nb):
             items = list(super().collect())
         from attnbook.claims import reads_ledger
@@ -246,6 +249,10 @@ def _keep_execution(nbfile) -> None:
     try:
         if execution_key(nbfile.path) != key:
             return  # a source changed while the chapter ran: not this tree's execution
+        if nbfile.path.read_text(encoding="utf-8") != getattr(
+            nbfile, "_collected_text", None
+        ):
+            return  # edited after collection: the cells that ran are not the chapter's
         nb = executed_notebook(nbfile.nb, nbfile._messages, nbfile._msg_ids)
         if nbfile._language_info:
             nb.metadata["language_info"] = nbfile._language_info

@@ -331,3 +331,27 @@ def test_a_claim_renders_as_a_chip_that_opens_on_its_evidence(tmp_path):
         led.check("a.bad", "too large", 2.0, upper=1.0, **BOUND)
     bad = led.claims[-1]._repr_html_()
     assert " open>" in bad[:80] and "✘" in bad
+
+
+def test_the_ledger_page_folds_by_part_and_chapter(tmp_path):
+    """One fold per part, one per chapter inside it, each line counting the claims; a
+    chapter with a failed claim, and its part, are shown open."""
+    led = Ledger("focus/focus", title="Focus", directory=tmp_path, seed=0)
+    led.check("f.ok", "fine", 0.5, upper=1.0, **BOUND)
+    with pytest.raises(ClaimFailed):
+        led.check("f.bad", "broken", 2.0, upper=1.0, **BOUND)
+    ok = Ledger("foundations/attention-maps", title="AM", directory=tmp_path, seed=0)
+    ok.check("a.ok", "fine", 0.5, upper=1.0, **BOUND)
+    page = claims.ledger_by_part_html(claims.load_records(tmp_path))
+    assert page.count('class="attnbook-ledger-part"') == 2
+    assert page.index("Foundations") < page.index("Part I")  # the book's order
+    assert "Foundations: 1 claims in 1 chapters, all held</summary>" in page
+    assert '<details class="attnbook-ledger-part" open><summary>Part I' in page
+    assert "2 claims, 1 failed" in page and "1 claims, all held" in page
+    assert (
+        claims.claim_anchor("focus/focus", "f.bad") in page
+    )  # rows keep their anchors
+    stale = claims.ledger_by_part_html(
+        claims.load_records(tmp_path), stale={"foundations/attention-maps"}
+    )
+    assert "1 claims, stale" in stale

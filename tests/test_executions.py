@@ -245,6 +245,7 @@ def test_only_a_clean_run_of_an_unchanged_tree_is_kept(monkeypatch):
             "_key": key,
             "_msg_ids": ["m1", "m2"],
             "_messages": _messages(),
+            "_collected_text": File.path.read_text(encoding="utf-8"),
         }
         f.__dict__.update({**attrs, **change})
         conftest._keep_execution(f)
@@ -259,6 +260,9 @@ def test_only_a_clean_run_of_an_unchanged_tree_is_kept(monkeypatch):
     assert not kept(_failed=True)  # a cell failed in pytest
     assert not kept(timed_out=True)
     assert not kept(_key="another tree")  # a source changed while the chapter ran
+    # edited between collection and the run (the key, taken at the run's start, is the new
+    # text's, but the cells that ran were the old text's)
+    assert not kept(_collected_text="the chapter as it was collected")
 
 
 def test_handover_removes_records_of_pages_no_longer_in_the_book(book, tmp_path):

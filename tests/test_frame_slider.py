@@ -35,7 +35,10 @@ def test_one_frame_per_setting_first_axis_outermost():
     data = json.loads(
         re.search(r"<script type=\"application/json\">(.*?)</script>", page).group(1)
     )
-    assert data["sizes"] == [2, 3] and data["labels"] == [["1", "2"], ["0.5", "1.5", "2.5"]]
+    assert data["sizes"] == [2, 3] and data["labels"] == [
+        ["1", "2"],
+        ["0.5", "1.5", "2.5"],
+    ]
     assert len(set(data["frames"])) == 6  # six different pictures
     assert 'data-frame="1"' in page  # a = 1, b = 1.5 is shown first
     assert page.count('type="range"') == 2 and "6 frames" in repr(fs)

@@ -87,6 +87,7 @@ __all__ = [
     "claim_slack",
     "KINDS",
     "SOURCES",
+    "ledger_by_part_html",
     "MIN_SAMPLES",
     "LOOSE_DISCRIMINATION",
     "EXACT_DISCRIMINATION",
@@ -942,6 +943,64 @@ def _seeds_cell(seeds: dict, chapter: str, claim_id: str, cell: str) -> str:
     k, n = k_n
     colour = "#1a7f37" if k == n else "#cf222e"
     return f'<td {cell} style="color:{colour};white-space:nowrap">{k}/{n} seeds</td>'
+
+
+#: the book's parts, by the folder of their chapters, in reading order
+PART_TITLES = {
+    "foundations": "Foundations",
+    "focus": "Part I — Focus and dilution",
+    "copyhead": "Part II — The copy head as a phase transition",
+    "pde": "Part III — Transformers as a mean-field PDE",
+    "course": "Course",
+}
+
+
+def ledger_by_part_html(
+    records: list[dict],
+    *,
+    stale: set[str] | None = None,
+    seeds: dict | None = None,
+) -> str:
+    """The ledger folded by part, then by chapter: each line says how many claims held (and
+    flags failed or stale ones), and opens on the chapter's table (:func:`ledger_table_html`).
+    A part with a failed or stale claim is shown open. A link to a claim's row opens the
+    folds around it (browsers expand a ``<details>`` that holds a link's target)."""
+    stale = stale or set()
+    parts: dict[str, list[dict]] = {}
+    for rec in records:
+        parts.setdefault(rec["chapter"].split("/", 1)[0], []).append(rec)
+    order = list(PART_TITLES) + sorted(set(parts) - set(PART_TITLES))
+    out = []
+    for part in order:
+        recs = parts.get(part)
+        if not recs:
+            continue
+        lines, part_bad, part_n = [], 0, 0
+        for rec in recs:
+            n = len(rec["claims"])
+            bad = sum(not c["passed"] for c in rec["claims"])
+            is_stale = rec["chapter"] in stale
+            part_n += n
+            part_bad += bad + (n if is_stale else 0)
+            verdict = f"{bad} failed" if bad else ("stale" if is_stale else "all held")
+            lines.append(
+                '<details class="attnbook-ledger-chapter"'
+                + (" open" if bad or is_stale else "")
+                + f"><summary><b>{html.escape(rec.get('title', rec['chapter']))}</b> "
+                f"<code>{html.escape(rec['chapter'])}</code> — {n} claims, {verdict}"
+                "</summary>"
+                + ledger_table_html([rec], show_chapter=False, stale=stale, seeds=seeds)
+                + "</details>"
+            )
+        title = PART_TITLES.get(part, part)
+        verdict = "all held" if not part_bad else "some failed or are stale"
+        out.append(
+            '<details class="attnbook-ledger-part"'
+            + (" open" if part_bad else "")
+            + f"><summary>{html.escape(title)}: {part_n} claims in {len(recs)} "
+            f"chapters, {verdict}</summary>" + "".join(lines) + "</details>"
+        )
+    return '<div class="attnbook-ledger-parts">' + "".join(out) + "</div>"
 
 
 def ledger_table_html(

@@ -331,12 +331,24 @@ def rare_spread(W0) -> np.ndarray:
     frequent one): zero while the rare tokens are exchangeable on the rank-one manifold.
     ``W0`` has shape ``(..., d, m)`` with ``d >= 3``; the result has shape ``(...)``.
     """
+    return np.linalg.norm(rare_offsets(W0), axis=-1)
+
+
+def rare_offsets(W0) -> np.ndarray:
+    r"""The rare tokens' centred coordinates on the rank-one direction,
+    :math:`\gamma_{1:} - \bar\gamma_{1:}\mathbf 1` with :math:`\gamma = W_0\alpha`, the sign
+    of :math:`\alpha` fixed by :math:`\gamma_0 > 0` (so that a trajectory's offsets can be
+    compared across times). ``W0`` has shape ``(..., d, m)`` with ``d >= 3``; the result
+    has shape ``(..., d - 1)``; :func:`rare_spread` is its norm.
+    """
     W0 = _np(W0, "W0")
     if W0.ndim < 2 or W0.shape[-2] < 3:
         raise ValueError(f"W0 must have shape (..., d, m) with d >= 3, got {W0.shape}")
     alpha = np.linalg.svd(W0)[2][..., 0, :]
-    rare = (W0 @ alpha[..., None])[..., 1:, 0]
-    return np.linalg.norm(rare - rare.mean(-1, keepdims=True), axis=-1)
+    gamma = (W0 @ alpha[..., None])[..., 0]
+    gamma = gamma * np.where(gamma[..., :1] < 0, -1.0, 1.0)
+    rare = gamma[..., 1:]
+    return rare - rare.mean(-1, keepdims=True)
 
 
 def time_index(t, time) -> int:
