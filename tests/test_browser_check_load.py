@@ -291,6 +291,8 @@ READER_PAGE = """<!doctype html><html><head><meta charset="utf-8">
 <p>{prose}</p>
 <details class="attnbook-claim"><summary>✔ a claim 0.5</summary>{hidden}</details>
 <details open class="attnbook-claim"><summary>✘ a failed claim 2</summary>shown evidence</details>
+<details class="attnbook-claim attnbook-claims"><summary>✔ 3 claims hold here</summary>
+  <details class="attnbook-claim"><summary>✔ inside a group 1</summary>{hidden}</details></details>
 <div class="cell_input"><pre>ch.ledger.check("a", "b", 1.0, upper=2)</pre></div>
 <details class="hide"><summary>show</summary>
   <div class="cell_input"><pre>ch.ledger.check("c", "d", 1.0, upper=2) {hidden}</pre></div></details>
@@ -321,9 +323,10 @@ def test_reading_a_page_counts_only_what_is_not_folded(tmp_path):
     assert (
         "folded" not in str(light) and light["total"] < 60
     )  # 500 folded words left out
-    # apparatus: the closed chip's line (4 words), the open chip (5 + 2), the visible check
-    # cell (4 whitespace-separated words); code: that cell and the figure's (3)
-    assert light["apparatus"] == 4 + 7 + 4 and light["code"] == 4 + 3
+    # apparatus: the closed chip's line (4 words), the open chip (5 + 2), the closed group's
+    # line (5; its chips are folded), the visible check cell (4 whitespace-separated words);
+    # code: that cell and the figure's (3)
+    assert light["apparatus"] == 4 + 7 + 5 + 4 and light["code"] == 4 + 3
     assert light["lowContrast"] and "faint caption" in light["lowContrast"][0]
     assert views["light 1280"]["overflow"] == 0 and views["dark 400"]["overflow"] >= 200
     problems = browser_check.reader_problems(base + "book/focus/chapter.html", views)

@@ -355,3 +355,49 @@ def test_the_ledger_page_folds_by_part_and_chapter(tmp_path):
         claims.load_records(tmp_path), stale={"foundations/attention-maps"}
     )
     assert "1 claims, stale" in stale
+
+
+@pytest.mark.slow
+def test_a_cells_claims_fold_into_one_chip_in_a_kernel(tmp_path):
+    """In a kernel run without history (as nbval runs chapters), the claims one cell checks
+    share one display: one claim is its chip, three fold into one line that opens on the three
+    chips; the next cell starts a display of its own."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    setup = (
+        "from attnbook.claims import Ledger\n"
+        f"led = Ledger('foundations/attention-maps', directory={str(tmp_path)!r}, seed=0)\n"
+        f"kw = {BOUND!r}"
+    )
+    three = "\n".join(
+        f"led.check('g.c{i}', 'claim number {i}', 0.{i}, upper=1.0, **kw)" for i in (1, 2, 3)
+    )
+    one = "led.check('g.alone', 'a lone claim', 0.5, upper=1.0, **kw)"
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(c) for c in (setup, three, one)]
+    )
+    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3")
+    client.execute()
+    html = [
+        [o["data"]["text/html"] for o in cell.outputs if "text/html" in o.get("data", {})]
+        for cell in nb.cells
+    ]
+    assert html[0] == []
+    (group,) = html[1]
+    assert group.startswith('<details class="attnbook-claim attnbook-claims')
+    assert "<b>3 claims</b> hold here" in group.split("</summary>", 1)[0]
+    assert all(f"claim number {i}" in group.split("</summary>", 1)[1] for i in (1, 2, 3))
+    (alone,) = html[2]
+    assert "attnbook-claims" not in alone and "a lone claim" in alone
+
+
+def test_a_group_with_a_failed_claim_is_open(tmp_path):
+    led = Ledger("foundations/attention-maps", directory=tmp_path, seed=0)
+    led.check("g.ok", "fine", 0.5, upper=1.0, **BOUND)
+    with pytest.raises(ClaimFailed):
+        led.check("g.bad", "too large", 2.0, upper=1.0, **BOUND)
+    page = claims.claims_group_html(led.claims)
+    head = page.split("</summary>", 1)[0]
+    assert " open>" in head and "✘" in head and "1 of 2 claims</b> failed" in head
+    with pytest.raises(ValueError, match="claims"):
+        claims.claims_group_html([])

@@ -245,7 +245,8 @@ PAGE_FACTS = """(raw) => {
 
 #: What a reader of a chapter page sees (issue 48). Words of the main element's rendered text
 #: (``innerText`` leaves out what a closed ``<details>`` or a hidden toggle hides), and the
-#: words of what is verification: the claim chips (their summary line when closed), the
+#: words of what is verification: the claim chips (their summary line when closed; a cell's
+#: group of chips counts as one), the
 #: inputs of cells that call the ledger or a checker, and ledger tables; the words of visible
 #: code; a page wider than the window; the contrast of every visible caption and claim chip
 #: against the background it is drawn on (WCAG 2 relative luminance).
@@ -256,7 +257,8 @@ READER_FACTS = """() => {
   const total = words(main);
   let apparatus = 0;
   main.querySelectorAll("details.attnbook-claim").forEach((d) => {
-    if (!shown(d)) return;
+    // a chip inside a cell's group is counted with the group (closed: its summary line)
+    if (!shown(d) || d.parentElement.closest("details.attnbook-claim")) return;
     apparatus += d.open ? words(d) : words(d.querySelector("summary"));
   });
   const checks = /ledger\\.(check|record)\\(|exercises\\.(check|hint)\\(/;

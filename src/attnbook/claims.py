@@ -88,6 +88,7 @@ __all__ = [
     "KINDS",
     "SOURCES",
     "ledger_by_part_html",
+    "claims_group_html",
     "MIN_SAMPLES",
     "LOOSE_DISCRIMINATION",
     "EXACT_DISCRIMINATION",
@@ -355,14 +356,66 @@ class Claim:
         )
 
 
+def claims_group_html(claims: list[Claim]) -> str:
+    """The claims one cell checked, as one chip: a single claim is its own chip; several fold
+    into one line (✔, how many hold) that opens on each claim's chip, so a cell that checks
+    five facts costs the page one line, not five. A group holding a failed claim is open."""
+    if not claims:
+        raise ValueError("claims: at least one claim is needed")
+    if len(claims) == 1:
+        return claims[0]._repr_html_()
+    failed = sum(not c.passed for c in claims)
+    mark, cls = ("✔", "pass") if not failed else ("✘", "fail")
+    head = (
+        f"<b>{len(claims)} claims</b> hold here (open for each statement and its number)"
+        if not failed
+        else f"<b>{failed} of {len(claims)} claims</b> failed here"
+    )
+    return (
+        f'<details class="attnbook-claim attnbook-claims attnbook-claim-{cls}"'
+        + ("" if not failed else " open")
+        + f'><summary><span class="attnbook-claim-mark">{mark}</span> {head}</summary>'
+        + "".join(c._repr_html_() for c in claims)
+        + "</details>"
+    )
+
+
+#: the claims the running cell has shown so far and the display they share (reset when a
+#: cell starts: IPython's ``pre_run_cell`` event, which fires whether or not the runner keeps
+#: history — nbval does not, so execution counts cannot tell cells apart)
+_CELL: dict = {"claims": [], "handle": None, "shell": None}
+
+
+def _new_cell(*_args) -> None:
+    _CELL["claims"], _CELL["handle"] = [], None
+
+
 def _show(claim: Claim) -> None:
-    """Display a claim on the page when running inside IPython (a notebook or the book build)."""
+    """Display a claim on the page when running inside IPython (a notebook or the book build):
+    the first claim of a cell is displayed, each further one updates that display to the
+    cell's group (:func:`claims_group_html`)."""
     try:
         from IPython import get_ipython
+        from IPython.display import display
     except ImportError:  # pragma: no cover - IPython comes with the book's toolchain
         return
-    if get_ipython() is not None:
-        claim._ipython_display_()
+    shell = get_ipython()
+    if shell is None:
+        return
+    if _CELL["shell"] is not shell:
+        shell.events.register("pre_run_cell", _new_cell)
+        _CELL["shell"] = shell
+        _new_cell()
+    claim._displayed = True  # not shown again as a cell's result (_ipython_display_)
+    _CELL["claims"].append(claim)
+    data = {
+        "text/html": claims_group_html(_CELL["claims"]),
+        "text/plain": "\n".join(repr(c) for c in _CELL["claims"]),
+    }
+    if _CELL["handle"] is None:
+        _CELL["handle"] = display(data, raw=True, display_id=True)
+    else:
+        _CELL["handle"].update(data, raw=True)
 
 
 def find_book_root(start: str | os.PathLike | None = None) -> Path | None:
