@@ -370,7 +370,8 @@ def test_a_cells_claims_fold_into_one_chip_in_a_kernel(tmp_path):
         f"kw = {BOUND!r}"
     )
     three = "\n".join(
-        f"led.check('g.c{i}', 'claim number {i}', 0.{i}, upper=1.0, **kw)" for i in (1, 2, 3)
+        f"led.check('g.c{i}', 'claim number {i}', 0.{i}, upper=1.0, **kw)"
+        for i in (1, 2, 3)
     )
     one = "led.check('g.alone', 'a lone claim', 0.5, upper=1.0, **kw)"
     nb = nbformat.v4.new_notebook(
@@ -379,14 +380,20 @@ def test_a_cells_claims_fold_into_one_chip_in_a_kernel(tmp_path):
     client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3")
     client.execute()
     html = [
-        [o["data"]["text/html"] for o in cell.outputs if "text/html" in o.get("data", {})]
+        [
+            o["data"]["text/html"]
+            for o in cell.outputs
+            if "text/html" in o.get("data", {})
+        ]
         for cell in nb.cells
     ]
     assert html[0] == []
     (group,) = html[1]
     assert group.startswith('<details class="attnbook-claim attnbook-claims')
     assert "<b>3 claims</b> hold here" in group.split("</summary>", 1)[0]
-    assert all(f"claim number {i}" in group.split("</summary>", 1)[1] for i in (1, 2, 3))
+    assert all(
+        f"claim number {i}" in group.split("</summary>", 1)[1] for i in (1, 2, 3)
+    )
     (alone,) = html[2]
     assert "attnbook-claims" not in alone and "a lone claim" in alone
 
