@@ -69,8 +69,9 @@ def test_figure_draws_actions_order_parameters_and_thresholds():
     inner = (S[1:-1] < S[:-2]) & (S[1:-1] < S[2:])
     assert inner.sum() == 2  # two minima near P*
     labels = [line.get_label() for line in ax_order.lines]
-    assert "softmax P*" in labels and "linear onset P_on" in labels
-    assert "P = 342" in labels
+    assert r"softmax $P^\star$" in labels
+    assert r"linear onset $P_\mathrm{on}$" in labels
+    assert "$P = 342$" in labels
     plt.close(fig)
     with pytest.raises(ValueError, match="n_sequences"):
         E.plot_actions(plt.subplots(1, 2)[1], -1.0, seq_len=32, vocab_size=4)

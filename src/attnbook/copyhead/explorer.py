@@ -114,14 +114,20 @@ def explorer_curves(*, seq_len: int, vocab_size: int, n_points: int = 60) -> dic
 
 
 def _mark_thresholds(ax, th: dict) -> None:
-    ax.axvline(th["P_on"], color="C0", ls=":", lw=1.2, label="linear onset P_on")
+    ax.axvline(
+        th["P_on"], color="C0", ls=":", lw=1.2, label=r"linear onset $P_\mathrm{on}$"
+    )
     ax.axvline(th["P_cross"], color="C1", ls="-.", lw=1.2, label="linear crossover")
     ax.axvline(
-        th["P_cross_fluct"], color="0.5", ls="--", lw=1.2, label="2L²V/(V−1) (fluct.)"
+        th["P_cross_fluct"],
+        color="0.5",
+        ls="--",
+        lw=1.2,
+        label="$2L^2V/(V-1)$ (fluct.)",
     )
     if th["window"] is not None:
         ax.axvspan(*th["window"], color="C3", alpha=0.12, label="softmax: two minima")
-        ax.axvline(th["P_star"], color="C3", lw=1.2, label="softmax P*")
+        ax.axvline(th["P_star"], color="C3", lw=1.2, label=r"softmax $P^\star$")
 
 
 def plot_order(ax, n_sequences=None, *, seq_len: int, vocab_size: int, legend=True):
@@ -130,19 +136,19 @@ def plot_order(ax, n_sequences=None, *, seq_len: int, vocab_size: int, legend=Tr
     line. Returns ``ax``."""
     L, V = _check_lv(seq_len, vocab_size)
     th, cv = _thresholds(L, V), _curves(L, V, 60)
-    ax.plot(cv["P"], cv["linear_m"], color="C0", lw=2, label="linear: pooling m")
-    ax.plot(cv["P"], cv["linear_c_G"], color="C1", lw=2, label="linear: copy c_G")
-    ax.plot(cv["P"], cv["softmax_a_G"], color="C3", lw=2, label="softmax: copy a_G")
+    ax.plot(cv["P"], cv["linear_m"], color="C0", lw=2, label="linear: pooling $m$")
+    ax.plot(cv["P"], cv["linear_c_G"], color="C1", lw=2, label="linear: copy $c_G$")
+    ax.plot(cv["P"], cv["softmax_a_G"], color="C3", lw=2, label="softmax: copy $a_G$")
     _mark_thresholds(ax, th)
     if n_sequences is not None:
         P = check_positive(n_sequences, "n_sequences")
-        ax.axvline(P, color="k", lw=1.5, label=f"P = {P:.3g}")
+        ax.axvline(P, color="k", lw=1.5, label=f"$P = {P:.3g}$")
     title = f"L = {L}, V = {V}"
     if th["window"] is None:
         title += f" (L < L_c = {th['L_c']}: softmax has no jump)"
     ax.set_title(title, fontsize=10)
     ax.set_xscale("log")
-    ax.set_xlabel("P (sequences)")
+    ax.set_xlabel("$P$ (sequences)")
     ax.set_ylabel("order parameter")
     ax.set_ylim(-0.05, 1.3)
     if legend:
@@ -167,8 +173,8 @@ def plot_actions(axes, n_sequences, *, seq_len: int, vocab_size: int):
         vocab_size=V,
     )
     axes[0].plot(m.numpy(), (S.min(1).values - S0).numpy(), color="C0", lw=2)
-    axes[0].set_xlabel("pooling m (c_G at its best)")
-    axes[0].set_ylabel("S − S(0, 0)")
+    axes[0].set_xlabel("pooling $m$ ($c_G$ at its best)")
+    axes[0].set_ylabel("$S - S(0, 0)$")
     axes[0].set_title(f"linear, P = {P:.3g}", fontsize=10)
     g = torch.linspace(-0.5, math.log(L) + 3, 301, dtype=_DT)
     Sg = A.softmax_action(g, n_sequences=P, seq_len=L, vocab_size=V)
@@ -180,8 +186,8 @@ def plot_actions(axes, n_sequences, *, seq_len: int, vocab_size: int):
     axes[1].set_ylim(
         dS.min() - 2, dS.min() + 12
     )  # the minima and the barrier, not the wall
-    axes[1].set_xlabel("softmax logit g")
-    axes[1].set_ylabel("S(g) − S(0)")
+    axes[1].set_xlabel("softmax logit $g$")
+    axes[1].set_ylabel("$S(g) - S(0)$")
     axes[1].set_title(f"softmax, P = {P:.3g}", fontsize=10)
     for ax in axes:
         ax.axhline(0, color="0.7", lw=0.8)

@@ -55,7 +55,7 @@ def theory_and_points(
     lines: Mapping[str, tuple] = (),
     points: Mapping[str, tuple] = (),
     *,
-    xlabel: str = "P",
+    xlabel: str = "$P$",
     ylabel: str = "",
     xlog: bool = True,
     ylog: bool = False,
@@ -96,8 +96,8 @@ def action_profiles(g, profiles: Mapping[str, np.ndarray], *, ax=None, ylim=(-3,
         S = to_numpy(S)
         ax.plot(g, S - S[i0], label=label)
     ax.set_ylim(*ylim)
-    ax.set_xlabel("g")
-    ax.set_ylabel("S(g) − S(0)")
+    ax.set_xlabel("$g$")
+    ax.set_ylabel("$S(g) - S(0)$")
     ax.legend()
     return ax
 
@@ -118,13 +118,15 @@ def phase_lines(
         ax.plot(x, y, "o", ms=8, mfc="none", label=label)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("L")
-    ax.set_ylabel("P")
+    ax.set_xlabel("$L$")
+    ax.set_ylabel("$P$")
     ax.legend(fontsize=8)
     return fig
 
 
-def hysteresis(ax, loop, *, p_star=None, window=None, ylabel: str = "⟨a_G⟩"):
+def hysteresis(
+    ax, loop, *, p_star=None, window=None, ylabel: str = r"$\langle a_G\rangle$"
+):
     """A hysteresis loop (:class:`attnbook.copyhead.hysteresis.HysteresisLoop`): the sweep up
     and the sweep down, means over data sets with Monte Carlo error bars (the chains' errors
     combined), the theory's ``p_star`` (dotted) and coexistence ``window`` (grey) if given."""
@@ -140,14 +142,16 @@ def hysteresis(ax, loop, *, p_star=None, window=None, ylabel: str = "⟨a_G⟩")
     if window is not None:
         ax.axvspan(*window, color="0.85", zorder=0, label="coexistence window (ansatz)")
     if p_star is not None:
-        ax.axvline(p_star, color="0.4", ls=":", label="P* (symmetric-logit ansatz)")
-    ax.set_xlabel("P")
+        ax.axvline(
+            p_star, color="0.4", ls=":", label=r"$P^\star$ (symmetric-logit ansatz)"
+        )
+    ax.set_xlabel("$P$")
     ax.set_ylabel(ylabel)
     ax.legend()
     return ax
 
 
-def matched_series(ax, series: Mapping[str, tuple], *, ylabel: str = "", xlabel="P"):
+def matched_series(ax, series: Mapping[str, tuple], *, ylabel: str = "", xlabel="$P$"):
     """Theory line and measured points in one colour per label:
     ``series[label] = (x_theory, y_theory, x_points, y_points)``; log ``x``."""
     for j, (label, (xt, yt, xp, yp)) in enumerate(dict(series).items()):
@@ -172,7 +176,7 @@ def rhat_by_size(ax, x, rhat, L, *, threshold: float = 1.1):
         )
     for k, l in enumerate(L):
         ax.plot(x[k], rhat[k, :, 0], "o-", color=f"C{k}", label=f"|m|, L = {l}")
-        ax.plot(x[k], rhat[k, :, 1], "s--", color=f"C{k}", label=f"c_G, L = {l}")
+        ax.plot(x[k], rhat[k, :, 1], "s--", color=f"C{k}", label=f"$c_G$, $L = {l}$")
     ax.axhline(threshold, color="0.5", ls=":")
     ax.set(xscale="log", ylabel="worst R̂")
     ax.legend(fontsize=8)

@@ -169,7 +169,7 @@ def error_panels(n_windows, contexts, err, *, figsize=(7.5, 3.2)):
     for i, n in enumerate(n_windows):
         b.errorbar(contexts, mean[i], sd[i], marker="o", capsize=3, label=f"N = {n}")
     guide = mean[-1, 0] * (contexts / contexts[0]) ** -0.5
-    b.plot(contexts, guide, "k--", lw=1, label="∝ s^{-1/2}")
+    b.plot(contexts, guide, "k--", lw=1, label=r"$\propto s^{-1/2}$")
     for ax, x, title in (
         (a, "windows per step N", "(a) against N"),
         (b, "context length s", "(b) against s"),

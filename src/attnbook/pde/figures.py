@@ -353,7 +353,9 @@ def plot_cone_paths(
     elev: float = 20,
     azim: float = -80,
 ) -> None:
-    """2×2 flows ``cov`` ``(len(t), B, 2, 2)`` in the PSD cone of a 3-D axis, end points as dots.
+    """2×2 flows ``cov`` ``(len(t), B, 2, 2)`` in the PSD cone of a 3-D axis, end points as dots;
+    the axes are the cone coordinates :math:`(a - b, 2c, a + b)` of
+    :math:`\\Sigma = \\begin{pmatrix} a & c \\\\ c & b \\end{pmatrix}`.
 
     Colours follow ``color_by`` (default: the start's off-diagonal entry); ``line``: a 2×2
     rank-one matrix, or a stack ``(m, 2, 2)`` of them, whose rays are drawn in black (predicted
@@ -383,6 +385,9 @@ def plot_cone_paths(
     ax.set_xticks([])
     ax.set_yticks([])
     ax.set_zticks([])
+    # the cone's coordinates of Σ = [[a, c], [c, b]] (cone_coordinates), close to the box
+    for axis, label in (("x", "$a - b$"), ("y", "$2c$"), ("z", "$a + b$")):
+        getattr(ax, f"set_{axis}label")(label, labelpad=-12)
     ax.set_title(title)
 
 
