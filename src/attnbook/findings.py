@@ -226,11 +226,7 @@ def findings_table_html(
     head = "<tr>" + "".join(f"<th {cell}>{c}</th>" for c in cols) + "</tr>"
     rows = []
     for f in findings:
-        links = "<br>".join(
-            f'<a href="{ledger_url}#{claim_anchor(by_id[c][0], c)}"><code>'
-            f"{html.escape(c)}</code></a>"
-            for c in f.claims
-        )
+        links = _claim_links(f.claims, by_id, ledger_url, "<br>")
         rows.append(
             f"<tr><td {cell}>{html.escape(f.result)} <small>({html.escape(f.section)})"
             f"</small></td><td {cell}>{html.escape(fill(f.measured, by_id))}</td>"
@@ -241,6 +237,15 @@ def findings_table_html(
     return (
         '<table class="attnbook-findings" style="font-size:0.85em;'
         'border-collapse:collapse">' + head + "".join(rows) + "</table>"
+    )
+
+
+def _claim_links(claims, by_id: dict, ledger_url: str, sep: str) -> str:
+    """A finding's claims, each linked to its row on the ledger page."""
+    return sep.join(
+        f'<a href="{ledger_url}#{claim_anchor(by_id[c][0], c)}"><code>'
+        f"{html.escape(c)}</code></a>"
+        for c in claims
     )
 
 
@@ -283,11 +288,7 @@ def findings_glance_html(
     )
     rows = []
     for f in findings:
-        links = ", ".join(
-            f'<a href="{ledger_url}#{claim_anchor(by_id[c][0], c)}"><code>'
-            f"{esc(c)}</code></a>"
-            for c in f.claims
-        )
+        links = _claim_links(f.claims, by_id, ledger_url, ", ")
         rows.append(
             f'<details class="attnbook-finding"><summary><span class="attnbook-verdict '
             f'attnbook-verdict-{f.verdict.replace(" ", "-")}">{esc(f.verdict)}</span> '
