@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import build_tools, slides
+from tools import browser_check, build_tools, slides
 
 ROOT = Path(__file__).resolve().parent.parent
 DECKS = ROOT / "slides"
@@ -173,6 +173,28 @@ def test_resolve_a_figure_from_the_built_page(tmp_path):
     fig = slides.resolve_figure("fig-tiny", html_dir, index, ROOT)
     assert fig.image == (html_dir / "_images" / "abc.png").resolve()
     assert fig.number == "Fig. 2.1"
+    assert fig.width is None  # the page gives no width: the slide check uses its pixels
+
+
+def test_a_2x_figure_is_measured_against_its_width_on_the_page(tmp_path):
+    """A 2x PNG is drawn at half its pixel width: the deck carries the page's width, which
+    the slide check divides by (else every retina figure reads as shown at half size)."""
+    from tools import course
+
+    html_dir, index = _fake_book(tmp_path)
+    page = html_dir / "book" / "foundations" / "attention-maps.html"
+    page.write_text(
+        page.read_text().replace(
+            '<img alt="x" src="../../_images/abc.png" />',
+            '<img alt="x" src="../../_images/abc.png" style="width: 799px; height: 562px;" />',
+        )
+    )
+    fig = slides.resolve_figure("fig-tiny", html_dir, index, ROOT)
+    assert fig.width == 799
+    deck = slides.parse_deck(TINY, "tiny.md")
+    html = slides.render_deck(deck, {"fig-tiny": fig}, course.exercises(ROOT), ROOT)
+    assert 'data-label="fig-tiny" data-book-width="799">' in html
+    assert "img.dataset.bookWidth" in browser_check.SLIDE_FACTS
 
 
 def test_a_missing_figure_label_is_a_clear_error(tmp_path):

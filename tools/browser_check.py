@@ -323,8 +323,9 @@ OPEN_SOLUTIONS = """async () => {
 # slide decks (``--slides``) ---------------------------------------------------------------
 #: text no deck may show: the session pages keep their answers in a dropdown of that name
 DECK_FORBIDDEN = r"\bsolutions?\b|expected answers?"
-#: the smallest scale of a chapter figure on a slide: canvas pixels per pixel of the book's
-#: image (its labels are legible in the book at scale 1 in a 1280-pixel-wide window)
+#: the smallest scale of a chapter figure on a slide: canvas pixels per CSS pixel of the image
+#: on the book's page (``data-book-width``; its labels are legible in the book at scale 1 in a
+#: 1280-pixel-wide window)
 FIGURE_MIN_SCALE = 0.6
 DECK_RAW_MATH = ("$", "\\(", "\\)", "\\[", "\\]")
 
@@ -363,7 +364,9 @@ SLIDE_FACTS = """async (i) => {
   const s = Reveal.getCurrentSlide();
   const title = (s.querySelector("h1, h2") || {}).textContent || "";
   const figures = [...s.querySelectorAll("img.chapter-figure")]
-    .map((img) => Math.round(100 * img.offsetWidth / img.naturalWidth) / 100);
+    // against its width on the book's page (a 2x PNG is drawn at half its pixel width)
+    .map((img) => Math.round(100 * img.offsetWidth
+      / (Number(img.dataset.bookWidth) || img.naturalWidth)) / 100);
   return {title, height: s.scrollHeight, width: s.scrollWidth, figures};
 }"""
 

@@ -210,6 +210,7 @@ class _FigureFinder(HTMLParser):
         self.depth = 0  # > 0 while inside the figure
         self.found = False
         self.src: str | None = None
+        self.width: int | None = None  # the image's width on the book's page (CSS px)
         self.number = ""
         self._in_number = False
 
@@ -220,6 +221,11 @@ class _FigureFinder(HTMLParser):
                 self.depth += 1
             elif tag == "img" and self.src is None:
                 self.src = a.get("src")
+                # a 2x PNG is drawn at half its pixel width: the page says its width
+                m = re.search(r"width:\s*([\d.]+)px", a.get("style") or "")
+                width = m.group(1) if m else a.get("width")
+                if width and re.fullmatch(r"[\d.]+", width):
+                    self.width = round(float(width))
             elif tag == "span" and "caption-number" in (a.get("class") or ""):
                 self._in_number = True
         elif a.get("id") == self.label and tag == "figure":
@@ -242,6 +248,9 @@ class BuiltFigure:
     image: Path  # the PNG in the built book
     chapter: Path  # the chapter's source
     number: str  # "Fig. 2.1", as the book numbers it
+    width: int | None = (
+        None  # its width on the book's page in CSS px (None: its pixel width)
+    )
 
 
 def resolve_figure(
@@ -275,7 +284,7 @@ def resolve_figure(
     image = (page.parent / finder.src).resolve()
     if not image.is_file():
         raise DeckError(f"{deck}: figure {label!r}: {image} is missing from the build")
-    return BuiltFigure(label, image, chapter, finder.number.strip())
+    return BuiltFigure(label, image, chapter, finder.number.strip(), finder.width)
 
 
 def _chapter_id(path: Path, root: Path = ROOT) -> str:
@@ -318,7 +327,9 @@ def _renderer(figures: dict[str, BuiltFigure], exercises: dict, deck: str, root:
         source = html.escape(f"{fig.number}, {title}" if fig.number else title)
         return (
             f'<img class="r-stretch chapter-figure" src="images/{fig.image.name}" '
-            f'alt="{alt}" data-label="{fig.label}">\n'
+            f'alt="{alt}" data-label="{fig.label}"'
+            + (f' data-book-width="{fig.width}"' if fig.width else "")
+            + ">\n"
             f'<p class="figure-caption">{caption} '
             f'<span class="figure-source">({source})</span></p>\n'
         )
