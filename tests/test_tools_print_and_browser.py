@@ -77,11 +77,12 @@ def test_pdf_check_reads_code_and_figures_of_a_page():
         '<header><img src="logo.png"></header><article>'
         '<p><span class="math">\\(x\\)</span></p><pre>print("\\\\frac")</pre>'
         '<img src="a.png"><div class="solution"><p><img src="b.png"></p></div>'
-        "<code>$$</code><img src='c.png'></article>"
+        "<code>$$</code><img src='c.png'><img src='/_story/focus.svg'></article>"
     )
     code = "".join(page.code)
     assert "\\frac" in code and "$$" in code and "\\(x" not in code
-    assert page.images == 3 and page.solution_images == 1
+    # the story figure is an SVG: printed as paths, so not an image the PDF can count
+    assert page.images == 3 and page.solution_images == 1 and page.vectors == 1
 
 
 def test_pdf_check_usage_error_without_both_editions(capsys):

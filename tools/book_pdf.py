@@ -306,11 +306,13 @@ _VOID = {"img", "br", "hr", "input", "meta", "link", "source", "wbr", "col", "ar
 
 class _ChapterHTML(html.parser.HTMLParser):
     """The text inside ``<pre>``/``<code>`` (TeX shown as code, legitimately) and the figures
-    (``<img>``) of a built page, and which of them sit inside a solution dropdown."""
+    (``<img>``) of a built page, and which of them sit inside a solution dropdown. An SVG
+    figure (a part's story figure) is counted apart: the printer draws it as vector paths,
+    not as an image object."""
 
     def __init__(self):
         super().__init__()
-        self.code, self.images, self.solution_images = [], 0, 0
+        self.code, self.images, self.solution_images, self.vectors = [], 0, 0, 0
         self._code_depth, self._stack = 0, []
 
     def handle_starttag(self, tag, attrs):
@@ -321,6 +323,10 @@ class _ChapterHTML(html.parser.HTMLParser):
             self._code_depth += 1
         # what is printed: the article (the header's logo and the sidebars are not)
         if tag == "img" and any(t == "article" for t, _ in self._stack):
+            src = (dict(attrs).get("src") or "").split("?")[0].split("#")[0]
+            if src.lower().endswith(".svg"):
+                self.vectors += 1
+                return
             self.images += 1
             self.solution_images += any(sol for _, sol in self._stack)
 
@@ -346,21 +352,22 @@ def check_editions(instructor: Path, student: Path, html_dir: Path) -> list[str]
     * the math typeset: MathJax's fonts are embedded, and no TeX source is left in the text
       beyond what the built pages show as code (a TeX token counted in the PDF's text may not
       outnumber its occurrences in the pages' ``<pre>``/``<code>``);
-    * the figures there: at least as many images as the chapters' ``<img>`` (the student's
-      edition: those outside solutions);
+    * the figures there: at least as many images as the chapters' raster ``<img>`` (the
+      student's edition: those outside solutions; SVGs print as paths, not images);
     * the solutions and the course pages' expected answers in the instructor's edition only.
     """
     facts = {"instructor": _pdf_facts(instructor), "student": _pdf_facts(student)}
     root = Path(__file__).resolve().parent.parent
     pages = [html_dir / f"{d}.html" for _, d in toc_entries(root)]
     problems = [f"no built page {p}" for p in pages if not p.is_file()]
-    code_text, figures, solution_figures = [], 0, 0
+    code_text, figures, solution_figures, vectors = [], 0, 0, 0
     for page in (p for p in pages if p.is_file()):
         parsed = _ChapterHTML()
         parsed.feed(page.read_text(encoding="utf-8"))
         code_text += parsed.code
         figures += parsed.images
         solution_figures += parsed.solution_images
+        vectors += parsed.vectors
     code = "".join(code_text)
     expected_images = {"instructor": figures, "student": figures - solution_figures}
     for name, f in facts.items():
@@ -397,7 +404,8 @@ def check_editions(instructor: Path, student: Path, html_dir: Path) -> list[str]
     )
     print(
         f"{summary}; {solutions} solutions in the instructor's; "
-        f"{figures} figures in the pages ({solution_figures} in solutions)"
+        f"{figures} figures in the pages ({solution_figures} in solutions) and {vectors} SVG "
+        "figures (printed as paths)"
     )
     return problems
 
