@@ -598,3 +598,15 @@ def test_colab_test_report_line_holds_the_notebooks_records(tmp_path, monkeypatc
     got = json.loads(line)
     assert got["chapter"] == "pde/gaussians" and got["wall_s"] == 1.5
     assert [r["chapter"] for r in got["records"]] == ["pde/gaussians"]
+
+
+def test_a_story_figure_links_to_the_published_image():
+    """The story-figure directive draws into the build folder; on Colab the figure is the
+    published book's copy of it (Sphinx publishes images under ``_images/``)."""
+    rel = colab.release(ROOT)
+    src = (
+        "![_build/story-figures/focus.svg](_build/story-figures/focus.svg)\n\nCaption."
+    )
+    text = colab._fix_markdown(src, "book/focus/findings", rel)
+    assert f"]({rel.baseurl}_images/focus.svg)" in text and "_build" not in text
+    assert rel.baseurl.startswith("https://")

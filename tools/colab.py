@@ -244,6 +244,11 @@ def source_digest(md: Path, rel: Release) -> str:
 # --- post-processing of sphinx-tojupyter's notebooks ---------------------------------------
 
 _LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)\s]+?)\.ipynb(#[^)\s]*)?\)")
+#: a story figure (``story-figure`` directive): drawn at build time into the build folder,
+#: published with the book's images (``_images/<part>.svg``)
+_STORY_IMAGE = re.compile(
+    r"!\[[^\]]*\]\((?!https?:)[^)\s]*story-figures/([\w-]+\.svg)\)"
+)
 _CITE = re.compile(r"\[((?:\[[^\]]+\]\([^)]*bibliography\.html[^)]*\)(?:,\s*)?)+)\]")
 _EXERCISE = re.compile(r"^#+\s+\((.*)\)(Exercise [\d.]+)\s*$", flags=re.M)
 _SOLUTION = re.compile(r"#+\s+Solution to\s*\[\s*(Exercise [^\]]*)\]\([^)]*\)[^\n]*\n?")
@@ -283,6 +288,9 @@ def _fix_markdown(text: str, docname: str, rel: Release) -> str:
         return f"]({rel.page_url(target)}{anchor})"
 
     text = _LINK.sub(link, text)
+    text = _STORY_IMAGE.sub(
+        lambda m: f"![the figure of this part]({rel.baseurl}_images/{m.group(1)})", text
+    )
     # a label of this chapter (a proposition, an equation) is an anchor of its published page,
     # not of the notebook: Colab scrolls only to headings
     text = _LOCAL_ANCHOR.sub(lambda m: f"]({rel.page_url(docname)}#{m.group(1)})", text)
