@@ -323,10 +323,11 @@ def test_reading_a_page_counts_only_what_is_not_folded(tmp_path):
     assert (
         "folded" not in str(light) and light["total"] < 60
     )  # 500 folded words left out
-    # apparatus: the closed chip's line (4 words), the open chip (5 + 2), the closed group's
-    # line (5; its chips are folded), the visible check cell (4 whitespace-separated words);
-    # code: that cell and the figure's (3)
-    assert light["apparatus"] == 4 + 7 + 5 + 4 and light["code"] == 4 + 3
+    # apparatus outside collapsed elements: the open chip (5 + 2) and the visible check cell
+    # (4 whitespace-separated words); the closed chips' lines apart: the chip's (4) and the
+    # closed group's (5; its chips are folded); code: the check cell and the figure's (3)
+    assert light["apparatus"] == 7 + 4 and light["claims"] == 4 + 5
+    assert light["code"] == 4 + 3
     assert light["lowContrast"] and "faint caption" in light["lowContrast"][0]
     assert views["light 1280"]["overflow"] == 0 and views["dark 400"]["overflow"] >= 200
     problems = browser_check.reader_problems(base + "book/focus/chapter.html", views)

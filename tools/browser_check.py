@@ -244,22 +244,25 @@ PAGE_FACTS = """(raw) => {
 }"""
 
 #: What a reader of a chapter page sees (issue 48). Words of the main element's rendered text
-#: (``innerText`` leaves out what a closed ``<details>`` or a hidden toggle hides), and the
-#: words of what is verification: the claim chips (their summary line when closed; a cell's
-#: group of chips counts as one), the
-#: inputs of cells that call the ledger or a checker, and ledger tables; the words of visible
-#: code; a page wider than the window; the contrast of every visible caption and claim chip
-#: against the background it is drawn on (WCAG 2 relative luminance).
+#: (``innerText`` leaves out what a closed ``<details>`` or a hidden toggle hides); the words
+#: of verification apparatus outside collapsed elements (issue 48's measure): an open claim
+#: chip whole (a failed claim is shown open), the inputs of visible cells that call the ledger
+#: or a checker, and ledger tables; apart from it, ``claims``: the one-line summaries of the
+#: closed chips (a claim's statement and measured number, which the book shows where the
+#: claim is made; a cell's group of chips counts as its line), reported, not bounded; the
+#: words of visible code; a page wider than the window; the contrast of every visible caption
+#: and claim chip against the background it is drawn on (WCAG 2 relative luminance).
 READER_FACTS = """() => {
   const main = document.querySelector("main") || document.body;
   const words = (el) => (el.innerText || "").split(/\\s+/).filter(Boolean).length;
   const shown = (el) => el.offsetParent !== null || el.getClientRects().length > 0;
   const total = words(main);
-  let apparatus = 0;
+  let apparatus = 0, claims = 0;
   main.querySelectorAll("details.attnbook-claim").forEach((d) => {
     // a chip inside a cell's group is counted with the group (closed: its summary line)
     if (!shown(d) || d.parentElement.closest("details.attnbook-claim")) return;
-    apparatus += d.open ? words(d) : words(d.querySelector("summary"));
+    if (d.open) apparatus += words(d);
+    else claims += words(d.querySelector("summary"));
   });
   const checks = /ledger\\.(check|record)\\(|exercises\\.(check|hint)\\(/;
   let code = 0;
@@ -292,7 +295,7 @@ READER_FACTS = """() => {
     if (ratio < 4.5) lowContrast.push(`${el.innerText.trim().slice(0, 40)} (${ratio.toFixed(2)})`);
   });
   const overflow = document.documentElement.scrollWidth - window.innerWidth;
-  return {total, apparatus, code, lowContrast, overflow,
+  return {total, apparatus, claims, code, lowContrast, overflow,
           theme: document.documentElement.dataset.theme || "light"};
 }"""
 
@@ -844,6 +847,7 @@ def _check_book(args, pages: list[str], records: list[dict]) -> None:
                 if first and first["total"] and is_chapter(base + rel):
                     details += (
                         f", apparatus {first['apparatus'] / first['total']:.1%}, "
+                        f"claim lines {first.get('claims', 0) / first['total']:.1%}, "
                         f"code {first['code'] / first['total']:.1%}"
                     )
             _print_record(rel, rec, details)
