@@ -106,10 +106,13 @@ def test_a_claim_the_null_passes_too_is_refused(tmp_path):
     # a ratio "≤ 1" on one number when no effect is a ratio of 1: the null passes (1 ≤ 1)
     with pytest.raises(claims.CannotDiscriminate):
         led.check("r.sign", "s", 0.5, upper=1.0, null=1.0, **base)
-    # with samples the null is measured with the same half-width: it fails, the claim holds
+    # with samples the null is still a value, judged with no interval: on the bound, it
+    # passes, so a sign claim must set its bound away from the null (not only on its side)
     x = 0.5 + 0.01 * np.arange(-3, 4)
-    c = led.check("r.sign-samples", "s", samples=x, upper=1.0, null=1.0, **base)
-    assert c.passed and 0 < c.discrimination < 0.1 and c.too_loose
+    with pytest.raises(claims.CannotDiscriminate, match="the null 1 passes"):
+        led.check("r.sign-samples", "s", samples=x, upper=1.0, null=1.0, **base)
+    c = led.check("r.sign-moved", "s", samples=x, upper=0.95, null=1.0, **base)
+    assert c.passed and c.discrimination == pytest.approx(0.1) and not c.too_loose
     # several nulls: each must fail
     with pytest.raises(claims.CannotDiscriminate, match="0.45"):
         led.check("r.many", "s", 0.5, lower=0.4, null=[0.0, 0.45], **base)
@@ -136,6 +139,111 @@ def test_derivations_need_a_tolerance_far_below_their_scale(tmp_path):
         led.check("d.res", "s", 1e-16, upper=1e-12, note="n", **EXACT)
     c = led.check("d.res2", "s", 1e-16, upper=1e-12, null=1.0, note="n", **EXACT)
     assert c.discrimination == pytest.approx(1 - 1e-12, rel=1e-9)
+
+
+@pytest.mark.parametrize("sd", [0.0, 0.01, 0.1, 0.3, 1.0])
+def test_noise_does_not_buy_a_claim_out_of_its_null(tmp_path, sd):
+    """Expected 0.37 ± 0.5 with null 0: the null lies inside the tolerance, so the claim is
+    refused at any noise level (the null is judged with no interval)."""
+    led = Ledger("foundations/attention-maps", directory=tmp_path)
+    base = dict(kind="experiment", source="measured", note="n", null=0.0)
+    rng = np.random.default_rng(3)
+    x = 0.37 + sd * rng.standard_normal(64)
+    with pytest.raises(ClaimFailed):  # refused, or failed outright when noise is large
+        if sd == 0.0:
+            led.check("z.one", "s", 0.37, expected=0.37, atol=0.5, **base)
+        else:
+            led.check("z.samples", "s", samples=x, expected=0.37, atol=0.5, **base)
+    rec = led.record()["claims"][-1]
+    assert not rec["passed"]
+    if sd <= 0.1:  # the interval fits the tolerance: only the null refuses it
+        assert "cannot discriminate" in rec["refused"]
+
+
+@pytest.mark.parametrize("null", [None, 0.0, 10.0, 1e6, [1e6, -1e6]])
+def test_an_identity_at_thirty_percent_is_refused_whatever_its_null(tmp_path, null):
+    led = Ledger("foundations/attention-maps", directory=tmp_path)
+    kw = {} if null is None else {"null": null}
+    for kind in ("identity", "derivation"):
+        with pytest.raises(claims.CannotDiscriminate):
+            led.check(
+                f"id.{kind}",
+                "s",
+                1.1,
+                expected=1.0,
+                rtol=0.3,
+                note="n",
+                kind=kind,
+                source="derived",
+                **kw,
+            )
+        assert not led.record()["claims"][-1]["passed"]
+    # the same agreement at 1 % with a far null holds
+    c = led.check(
+        "id.ok", "s", 1.001, expected=1.0, rtol=0.005, note="n", **EXACT, **kw
+    )
+    assert c.passed
+
+
+def test_a_claim_its_rival_passes_is_refused(tmp_path):
+    led = Ledger("foundations/attention-maps", directory=tmp_path)
+    base = dict(kind="experiment", source="measured", note="n", null=0.0)
+    x = -0.5 + 0.02 * np.arange(-4, 5)  # mean −0.5, interval about ±0.05
+    # the rival meets the criterion (a sign claim θ ≤ −0.2): refused, whatever the interval
+    with pytest.raises(
+        claims.CannotDiscriminate, match="rival .A scaled by 1.2. passes"
+    ):
+        led.check(
+            "v.pass",
+            "s",
+            samples=x,
+            upper=-0.2,
+            rival=("A scaled by 1.2", -0.3),
+            **base,
+        )
+    # one of its values inside the tolerance (here inside the measured interval): refused
+    with pytest.raises(claims.CannotDiscriminate, match="power law.*-0.46"):
+        led.check(
+            "v.inside",
+            "s",
+            samples=x,
+            expected=-0.5,
+            atol=0.07,
+            rival=("a power law", [-0.9, -0.46]),
+            **base,
+        )
+    # excluded: recorded with its name, values, discrimination and distance in half-widths
+    c = led.check(
+        "v.ok",
+        "s",
+        samples=x,
+        expected=-0.5,
+        atol=0.07,
+        rival=("a power law", [-0.9, -0.7]),
+        **base,
+    )
+    half = (c.interval[1] - c.interval[0]) / 2
+    assert c.passed and c.rival_name == "a power law" and c.rival == [-0.9, -0.7]
+    assert c.rival_excluded_by == pytest.approx(0.2 / half)
+    assert c.rival_discrimination == pytest.approx((0.2 - 0.07) / 0.2)
+    assert "a power law predicts -0.9, -0.7" in c._repr_html_()
+    rec = json.loads(led.path.read_text())["claims"][-1]
+    assert rec["rival_name"] == "a power law" and rec["rival"] == [-0.9, -0.7]
+    with pytest.raises(TypeError, match="rival"):
+        led.check("v.bad", "s", samples=x, upper=-0.2, rival=-0.3, **base)
+    # a rival alone stands for the null: margin and discrimination are measured against it
+    nobase = {k: v for k, v in base.items() if k != "null"}
+    c = led.check("v.alone", "s", samples=x, upper=-0.3, rival=("r", -0.1), **nobase)
+    assert c.passed and c.null == [] and c.effect == pytest.approx(0.4)
+    assert c.discrimination == pytest.approx(0.2 / 0.4) == c.rival_discrimination
+    with pytest.raises(claims.CannotDiscriminate, match="rival .r. passes"):
+        led.check(
+            "v.alone-bad", "s", samples=x, upper=-0.3, rival=("r", -0.35), **nobase
+        )
+    with pytest.raises(ValueError, match="null.*or its rival"):
+        led.check("v.neither", "s", samples=x, upper=-0.3, **nobase)
+    with pytest.raises(ValueError, match="rival"):
+        led.check("v.nan", "s", samples=x, upper=-0.2, rival=("r", np.nan), **base)
 
 
 def test_bounds_hold_on_the_whole_interval(tmp_path):
@@ -326,7 +434,7 @@ def test_a_claim_renders_as_a_chip_that_opens_on_its_evidence(tmp_path):
     assert "✔" in summary and "an error is small" in summary and "1.23e-09" in summary
     folded = page.split("</summary>", 1)[1]
     assert "≤" not in summary and f"≤ {ok.criterion()[2:]}" in folded  # the criterion
-    assert "a stated scale" in folded and "null / rival" in folded
+    assert "a stated scale" in folded and "<dt>null</dt>" in folded
     with pytest.raises(ClaimFailed):
         led.check("a.bad", "too large", 2.0, upper=1.0, **BOUND)
     bad = led.claims[-1]._repr_html_()

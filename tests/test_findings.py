@@ -36,6 +36,7 @@ def _records(tmp_path, *, fail=False):
         expected=0.5,
         rtol=0.01,
         null=0.0,
+        rival=("a slower law", [0.45, 0.4]),
         kind="experiment",
         source="paper",
         note="integrator error",
@@ -108,6 +109,10 @@ def test_fill_reads_the_records(tmp_path):
     assert "(n = 5)" in fill("{x.noisy}", by_id)
     assert fill("{x.noisy|n}", by_id) == "5"
     assert fill("{x.noisy|null}", by_id) == "3"
+    assert fill("{x.rate|rival}", by_id) == "0.45 or 0.4"
+    assert fill("{x.rate|rival}", by_id, digits=1) == "0.5 or 0.4"
+    with pytest.raises(ValueError, match="no rival"):
+        fill("{x.noisy|rival}", by_id)
     with pytest.raises(ValueError, match="x.missing"):
         fill("{x.missing}", by_id)
     with pytest.raises(ValueError, match="interval"):

@@ -18,13 +18,22 @@ the statement comes from, :data:`SOURCES`). The ledger enforces a few rules:
   whole interval (equivalence, not overlap): bounds must hold for the whole interval, and an
   expected value holds when the whole interval lies inside ``expected ± tol``
   (``|mean − expected| + half-width ≤ tol``), so noise never helps a claim pass;
-* every ``experiment`` and ``observation`` claim names its **null** (``null=``): the value, or
-  competing values, that the claim rules out (no effect, the plain −1/2 rate, the other
-  direction). The ledger applies the same criterion to the null, measured with the same
-  interval half-width, and refuses the claim (:class:`CannotDiscriminate`, a failure) when the
+* every ``experiment`` and ``observation`` claim names its **null** (``null=``) or its
+  **rival** (below): the value, or competing values, that the claim rules out (no effect, the plain −1/2 rate, the other
+  direction). The ledger applies the same criterion to the null value itself, with **no
+  interval** (a null is a value, not a measurement: were the claim's noise lent to it, a noisy
+  measurement would buy its way out of a refusal), and refuses the claim (:class:`CannotDiscriminate`, a failure) when the
   null would pass too. Derivations and identities rule out a result of the quantity's own
   scale (``null=``; by default 0 for a non-zero expected value) and their tolerance must sit
-  far below it: a discrimination of at least :data:`EXACT_DISCRIMINATION`;
+  far below it: a discrimination of at least :data:`EXACT_DISCRIMINATION`, and, whatever
+  null is named, a tolerance of at most :data:`IDENTITY_RTOL` (1 % for an identity, 5 % for a
+  derivation) of a non-zero expected value;
+* a claim about a law, a limit, a mechanism or a "which" names its strongest **rival**
+  (``rival=(name, values)``): what a plausible wrong explanation — the perturbed theory, the
+  flattening with no learning, a power law with a floor — predicts for the measured quantity,
+  *computed in the chapter*. The claim is refused when a rival value meets the criterion (with
+  no interval, as a null; so a passing claim's interval excludes every rival value); the page
+  shows by how many half-widths of the interval it is excluded;
 * bounds, and tolerances wider than round-off, need a reason (``note=``);
 * an expected value written in the chapter as a literal with four or more significant digits
   is refused: expected values come from a closed form or a computation in the chapter, never
@@ -40,8 +49,8 @@ criterion (negative when it fails). Then
 * the **discrimination** is ``−(the null's slack) / effect``: the share of the effect by which
   the null fails the same criterion (≤ 0: the null passes too and the claim is refused).
 
-For one bound on one number the two add up to 1: the criterion's edge splits the way from the
-measurement to the null. A discrimination below :data:`LOOSE_DISCRIMINATION` is flagged "too
+For one bound the two add up to 1 on one number, and to 1 − half-width/effect with samples:
+the criterion's edge splits the way from the interval's end to the null. A discrimination below :data:`LOOSE_DISCRIMINATION` is flagged "too
 loose to inform": the criterion would also pass a result barely different from the null. An
 exact criterion (an expected value with no tolerance, met exactly) has no margin.
 
@@ -93,6 +102,7 @@ __all__ = [
     "LOOSE_DISCRIMINATION",
     "EXACT_DISCRIMINATION",
     "NULL_KINDS",
+    "IDENTITY_RTOL",
 ]
 
 #: What a claim compares: theory vs simulation or data; a symbolic result vs an independent
@@ -110,6 +120,12 @@ LOOSE_DISCRIMINATION = 0.1
 #: Derivations and identities: the tolerance must sit far below the quantity's own scale, i.e.
 #: the null (a result of that scale) must miss the criterion by 99 % of the effect.
 EXACT_DISCRIMINATION = 0.99
+#: Derivations and identities: whatever null they name, the tolerance is at most this share
+#: of a non-zero expected value (the quantity's own scale), so a far-away null cannot hide a
+#: loose check. An identity holds to round-off or a discretisation error: 1 %. A derivation may
+#: compare an asymptotic law with an exact computation at a finite size, whose correction its
+#: note derives (a few per cent: 1/ln L, 1/V²): 5 %. A 30 % agreement is a trend, not either.
+IDENTITY_RTOL = {"identity": 0.01, "derivation": 0.05}
 #: The kinds that must name their null.
 NULL_KINDS = ("experiment", "observation")
 #: Tolerances at or below this (relative to max(1, |expected|)) count as round-off and need no
@@ -223,6 +239,10 @@ class Claim:
     effect: float | None = None
     discrimination: float | None = None
     refused: str | None = None
+    rival_name: str | None = None
+    rival: list | None = None
+    rival_discrimination: float | None = None
+    rival_excluded_by: float | None = None
     chapter: str | None = None
     seed: int | None = None
     checked_at: str = ""
@@ -300,6 +320,27 @@ class Claim:
         text = f"{self.discrimination:.3g}"
         return text + " (too loose to inform)" if self.too_loose else text
 
+    def rival_text(self) -> str:
+        """``A scaled by 1.2 predicts −0.29: fails the criterion by 0.8 of its distance,
+        6.1 half-widths outside the interval``, or ``""`` without a rival."""
+        if not self.rival_name:
+            return ""
+        values = ", ".join(_fmt(v) for v in (self.rival or [])[:4])
+        if len(self.rival or []) > 4:
+            values += f", … ({len(self.rival)} values)"
+        parts = []
+        if self.rival_discrimination is not None:
+            parts.append(
+                f"fails the criterion by {self.rival_discrimination:.2g} of its distance"
+            )
+        if self.rival_excluded_by is not None:
+            parts.append(
+                f"{self.rival_excluded_by:.2g} half-widths outside the interval"
+            )
+        return f"{self.rival_name} predicts {values}" + (
+            ": " + ", ".join(parts) if parts else ""
+        )
+
     def chip_text(self) -> str:
         """The measured number to three significant digits, as a claim's chip shows it."""
         if self.measured is None or not np.isfinite(self.measured):
@@ -318,7 +359,8 @@ class Claim:
         rows = [
             ("measured", self.measured_text()),
             ("criterion", self.criterion()),
-            ("null / rival", self.null_text() or "none"),
+            ("null", self.null_text() or "none"),
+            ("rival", self.rival_text()),
             ("margin", self.margin_text()),
             ("discrimination", self.discrimination_text()),
             ("kind · source", f"{self.kind} · {self.source}"),
@@ -350,7 +392,8 @@ class Claim:
         return (
             f"[{mark}] {self.id}: {self.statement} — measured {self.measured_text()}, "
             f"expected {self.criterion()}, null {self.null_text() or 'none'}, "
-            f"margin {self.margin_text()}, discrimination {self.discrimination_text()} "
+            + (f"rival {self.rival_text()}, " if self.rival_name else "")
+            + f"margin {self.margin_text()}, discrimination {self.discrimination_text()} "
             f"[{self.kind} · {self.source}]"
             + (f" — refused: {self.refused}" if self.refused else "")
         )
@@ -471,7 +514,8 @@ def _slack(center, half, exp, tol, lo, hi) -> float:
 
 
 def _judge(value, half, exp, tol, lo, hi, nulls):
-    """``(passed, margin, effect, discrimination, null_passes)`` (see the module docstring)."""
+    """``(passed, margin, effect, discrimination, null_passes)`` (see the module docstring).
+    The nulls are values, judged with no interval: the claim's noise is not lent to them."""
     if not math.isfinite(value):
         return False, None, None, None, []
     slack = _slack(value, half, exp, tol, lo, hi)
@@ -480,19 +524,73 @@ def _judge(value, half, exp, tol, lo, hi, nulls):
         return ok, None, None, None, []
     effects = [abs(value - v) for v in nulls]
     effect = min(effects)
-    passing = [v for v in nulls if _slack(v, half, exp, tol, lo, hi) >= 0]
-    discs = [
-        -_slack(v, half, exp, tol, lo, hi) / e if e > 0 else -math.inf
-        for v, e in zip(nulls, effects)
-    ]
-    disc = min(discs)
+    passing = [v for v in nulls if _slack(v, 0.0, exp, tol, lo, hi) >= 0]
+    disc = _discrimination(value, nulls, exp, tol, lo, hi)
     if slack == 0 and half == 0 and exp is not None and tol == 0:
         margin = None  # an exact criterion met exactly
     elif effect > 0:
         margin = slack / effect
     else:
         margin = None
-    return ok, margin, effect, (disc if math.isfinite(disc) else None), passing
+    return ok, margin, effect, disc, passing
+
+
+def _discrimination(value, others, exp, tol, lo, hi) -> float | None:
+    """The least, over ``others`` (nulls or a rival's values), of the share of the way from
+    ``value`` to it by which it fails the criterion (each judged with no interval)."""
+    discs = [
+        -_slack(v, 0.0, exp, tol, lo, hi) / abs(value - v) if value != v else -math.inf
+        for v in others
+    ]
+    disc = min(discs)
+    return disc if math.isfinite(disc) else None
+
+
+def _rival(rival, claim_id: str) -> tuple[str, list[float]] | None:
+    """``(name, values)`` from ``rival=(name, value or values)``, checked."""
+    if rival is None:
+        return None
+    if not isinstance(rival, tuple) or len(rival) != 2:
+        raise TypeError(
+            f"claim {claim_id!r}: rival must be a (name, values) pair: the rival "
+            f"explanation's name and what it predicts for the measured quantity, "
+            f"got {type(rival).__name__}"
+        )
+    name, values = rival
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(
+            f"claim {claim_id!r}: the rival needs a name (a non-empty string)"
+        )
+    arr = np.asarray(values, dtype=float).reshape(-1)
+    if arr.size == 0 or not np.isfinite(arr).all():
+        raise ValueError(
+            f"claim {claim_id!r}: the rival's values must be finite and at least one, "
+            f"got {values!r}"
+        )
+    return name.strip(), [float(v) for v in arr]
+
+
+def _judge_rival(measurement, rival, exp, tol, lo, hi):
+    """``(discrimination, excluded_by, why_refused)`` of a rival: it must fail the criterion
+    as a value (no interval); ``excluded_by`` is its least distance from the measurement in
+    half-widths of the interval (None for one number)."""
+    _name, values = rival
+    value, half = measurement.value, measurement.half
+    if not math.isfinite(value):
+        return None, None, None
+    passing = [v for v in values if _slack(v, 0.0, exp, tol, lo, hi) >= 0]
+    disc = _discrimination(value, values, exp, tol, lo, hi)
+    gap = min(abs(value - v) for v in values)
+    excluded_by = gap / half if half > 0 else None
+    # a rival inside the interval of a claim that holds meets the criterion too: this one
+    # test also refuses a measurement that does not exclude the rival
+    why = (
+        f"the rival ({_name}) passes the same criterion: "
+        + ", ".join(_fmt(v) for v in passing)
+        if passing
+        else None
+    )
+    return disc, excluded_by, why
 
 
 def _criterion(expected, lower, upper):
@@ -574,7 +672,7 @@ def _measure(measured, samples) -> _Measurement:
     return measurement
 
 
-def _refusal(ok, null_passes, kind: str, disc) -> str | None:
+def _refusal(ok, null_passes, kind: str, disc, exp=None, tol=None) -> str | None:
     """Why a claim that holds is refused (a null passes too, or a derivation's
     tolerance is not far below the quantity's scale), or None."""
     if ok and null_passes:
@@ -587,6 +685,13 @@ def _refusal(ok, null_passes, kind: str, disc) -> str | None:
         return (
             f"the tolerance does not sit far below the quantity's own scale: the null "
             f"misses by {disc:.3g} of the effect, {EXACT_DISCRIMINATION} needed"
+        )
+    cap = IDENTITY_RTOL.get(kind)
+    if ok and cap is not None and exp and tol > cap * abs(exp) * (1 + 1e-12):
+        return (
+            f"a {kind} keeps an identity tolerance whatever its null: "
+            f"{_fmt(tol)} is {tol / abs(exp):.3g} of the expected value, at most "
+            f"{cap:.3g} allowed"
         )
     return None
 
@@ -654,6 +759,7 @@ class Ledger:
         lower=None,
         upper=None,
         null=None,
+        rival=None,
         kind: str,
         source: str,
         note: str | None = None,
@@ -672,12 +778,20 @@ class Ledger:
           interval must satisfy them.
 
         ``null`` is the value (or a sequence of values) the claim rules out: required for
-        ``experiment`` and ``observation`` claims; for derivations and identities it defaults
+        ``experiment`` and ``observation`` claims unless they name a ``rival`` (whose values
+        are then what they rule out); for derivations and identities it defaults
         to 0 (a result of the quantity's own scale) when ``expected`` is non-zero, and must be
         given otherwise (e.g. the size a residual would have if the identity were false). The
-        same criterion is applied to each null, measured with the same half-width; a claim
-        that a null passes too is refused (:class:`CannotDiscriminate`), and so is a
-        derivation or identity whose discrimination is below :data:`EXACT_DISCRIMINATION`.
+        same criterion is applied to each null value with no interval; a claim that a null
+        passes too is refused (:class:`CannotDiscriminate`), and so is a derivation or
+        identity whose discrimination is below :data:`EXACT_DISCRIMINATION` or whose
+        tolerance exceeds its kind's :data:`IDENTITY_RTOL` of a non-zero expected value.
+
+        ``rival=(name, values)``: the strongest rival explanation and what it predicts for the
+        measured quantity, computed in the chapter (one value, or several: per model, per
+        size, per perturbation). The claim is refused when a rival value meets the criterion
+        (judged with no interval; a rival inside the interval of a claim that holds meets
+        it too, so the measurement must exclude every rival value).
 
         ``kind`` is one of :data:`KINDS`, ``source`` one of :data:`SOURCES`. Bounds, and
         tolerances wider than round-off, need a reason in ``note``. Raises
@@ -692,13 +806,24 @@ class Ledger:
         _check_note(claim_id, note, exp, lo, hi, tol)
         if exp is not None:
             self._refuse_copied(claim_id, exp)
-        nulls = self._nulls(claim_id, null, kind, exp)
+        rival = _rival(rival, claim_id)
+        nulls = self._nulls(claim_id, null, kind, exp, has_rival=rival is not None)
 
         measurement = _measure(measured, samples)
+        # with no null, the rival's values are what the claim rules out: the margin and
+        # discrimination are measured against them
+        ruled_out = nulls or (rival[1] if rival is not None else [])
         ok, margin, effect, disc, null_passes = _judge(
-            measurement.value, measurement.half, exp, tol, lo, hi, nulls
+            measurement.value, measurement.half, exp, tol, lo, hi, ruled_out
         )
-        refused = _refusal(ok, null_passes, kind, disc)
+        refused = _refusal(ok, null_passes if nulls else [], kind, disc, exp, tol)
+        rival_disc = rival_by = None
+        if rival is not None:
+            rival_disc, rival_by, rival_why = _judge_rival(
+                measurement, rival, exp, tol, lo, hi
+            )
+            if ok and refused is None:
+                refused = rival_why
         claim = Claim(
             id=claim_id,
             statement=statement,
@@ -721,6 +846,10 @@ class Ledger:
             effect=effect,
             discrimination=disc,
             refused=refused,
+            rival_name=None if rival is None else rival[0],
+            rival=None if rival is None else rival[1],
+            rival_discrimination=rival_disc,
+            rival_excluded_by=rival_by,
             chapter=self.chapter,
             seed=self.seed,
             checked_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -756,13 +885,17 @@ class Ledger:
             )
 
     @staticmethod
-    def _nulls(claim_id: str, null, kind: str, exp: float | None) -> list[float]:
+    def _nulls(
+        claim_id: str, null, kind: str, exp: float | None, has_rival: bool = False
+    ) -> list[float]:
         if null is None:
+            if kind in NULL_KINDS and has_rival:
+                return []  # the rival is what it rules out
             if kind in NULL_KINDS:
                 raise ValueError(
-                    f"claim {claim_id!r}: an {kind} claim must name its null (null=): the "
-                    "value, or values, it rules out (no effect, a competing law's value, "
-                    "the other direction)"
+                    f"claim {claim_id!r}: an {kind} claim must name its null (null=) or "
+                    "its rival (rival=): the value, or values, it rules out (no effect, "
+                    "a competing law's value, the other direction)"
                 )
             if exp is None or exp == 0:
                 raise ValueError(
@@ -956,7 +1089,8 @@ def claim_slack(record: dict) -> float:
 def ledger_summary(records: list[dict], *, n_smallest: int = 10) -> dict:
     """Counts per kind and per source, claims with samples, the margins and the smallest of
     them (experiments and observations: a derivation's or identity's margin is ≈ 0 by
-    design), the weakest discrimination, the claims too loose to inform and those refused."""
+    design), the weakest discrimination, the claims too loose to inform, those refused and
+    those that name a computed rival."""
     cs = _claims_of(records)
     by_kind = {k: sum(c.kind == k for c in cs) for k in KINDS}
     by_source = {s: sum(c.source == s for c in cs) for s in SOURCES}
@@ -981,6 +1115,7 @@ def ledger_summary(records: list[dict], *, n_smallest: int = 10) -> dict:
         "weakest_discrimination": with_disc[:n_smallest],
         "too_loose": [c for c in cs if c.too_loose],
         "refused": [c for c in cs if c.refused],
+        "with_rival": [c for c in cs if c.rival_name],
     }
 
 

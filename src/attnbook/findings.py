@@ -57,7 +57,7 @@ __all__ = [
 VERDICTS = ("reproduced", "reproduced with caveat", "differs", "not tested")
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.\-]+)(?:\|(\w+))?\}")
-_FIELDS = ("value", "expected", "interval", "n", "criterion", "null", "runs")
+_FIELDS = ("value", "expected", "interval", "n", "criterion", "null", "runs", "rival")
 
 
 def _text(value, name: str) -> str:
@@ -125,8 +125,8 @@ def _short(digits: int | None):
 
 
 def _optional_field(claim: Claim, name: str, fmt=_fmt) -> str:
-    """A field that not every claim has: ``expected``, ``interval`` (samples only) or
-    ``runs`` (samples only); ``ValueError`` when this claim has none."""
+    """A field that not every claim has: ``expected``, ``interval`` (samples only),
+    ``rival`` or ``runs`` (samples only); ``ValueError`` when this claim has none."""
     if name == "expected":
         if claim.expected is None:
             raise ValueError(f"claim {claim.id!r} has no expected value")
@@ -136,6 +136,10 @@ def _optional_field(claim: Claim, name: str, fmt=_fmt) -> str:
             raise ValueError(f"claim {claim.id!r} has no interval (one number)")
         lo, hi = claim.interval
         return f"[{fmt(lo)}, {fmt(hi)}]"
+    if name == "rival":  # what the claim's rival predicts: "0.84 or 1.19"
+        if not claim.rival:
+            raise ValueError(f"claim {claim.id!r} names no rival")
+        return " or ".join(fmt(v) for v in claim.rival)
     runs = claim.runs_meeting()
     if runs is None:
         raise ValueError(f"claim {claim.id!r} has no runs to count (one number)")
@@ -152,7 +156,7 @@ def _field(claim: Claim, name: str | None, fmt=_fmt) -> str:
         return f"{fmt(claim.measured)} [{fmt(lo)}, {fmt(hi)}] (n = {claim.n})"
     if name == "value":
         return fmt(claim.measured)
-    if name in ("expected", "interval", "runs"):
+    if name in ("expected", "interval", "runs", "rival"):
         return _optional_field(claim, name, fmt)
     if name == "n":
         return str(claim.n)
