@@ -25,14 +25,15 @@ from attnbook.experiments.store import read_manifest, read_point_meta
 ROOT = Path(__file__).resolve().parents[1]
 
 INTRO = """\
-# ledger-seeds (book scale) — every chapter under {n_seeds} seeds nobody chose
+# ledger-seeds (book scale) — every chapter under {n_seeds} fixed seeds
 
 Each point executes one chapter's MyST source in a fresh kernel (every cell, as nbval does)
 under `ATTNBOOK_SEED` = the point's seed and records, per claim, whether it held and its
 measured value, interval, margin and discrimination; per asserting cell (an `assert` or an
 `exercises.check`), whether it passed; every failing cell with its error; and the SHA-256 of
 the chapter and of each package module it imports (a point whose inputs changed is *stale*).
-The claims-ledger page reads it (k/n seeds per claim, the strip plot).
+The claims-ledger page reads it (k/n seeds per claim, the strip plot). The seeds are fixed and
+not held out: claims have been restated after failing at one of them.
 
 Made with (from the repository root, on the shared 2-core CPU):
 
