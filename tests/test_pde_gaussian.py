@@ -9,6 +9,7 @@ import sympy as sp
 import torch
 
 from attnbook import pde
+from attnbook.errors import BlowUpError, FlowDiverged
 from attnbook.pde import closed_forms as cf
 from attnbook.pde import (
     covariance_flow,
@@ -511,3 +512,48 @@ def test_closed_form_gaps_in_roundoff_units(monkeypatch):
         lambda *args: tuple(x * (1 + 1e-9) for x in right(*args)),
     )
     assert closed_form_gaps(1, in_roundoff_units=True)["l2"] > 1e4
+
+
+def test_covariance_flow_freezes_a_member_faster_than_the_batch_can_step():
+    # V = I, A = c I, Σ₀ = σ I: Σ = σ/(1 − 2cσt) I, a singularity at T* = 1/(2cσ). With
+    # c = 10⁴ the member crosses max_trace within a step the batch cannot resolve (the jump
+    # of its right-hand side to zero at the freeze underflowed the step size and stopped
+    # the whole batch); it is frozen there and the others go on, as the closed forms say.
+    S0 = np.stack([np.eye(2) * 0.5] * 3)
+    A = np.stack([1e4 * np.eye(2), -np.eye(2), np.eye(2)])
+    t = np.linspace(0, 3, 7)
+    fl = covariance_flow(S0, t, A=A, max_trace=1e3)
+    assert fl.exploded.tolist() == [True, False, True]
+    assert fl.explode_time[0] == t[1]  # T* = 1e-4: the first output time after it
+    assert 1.0 <= fl.explode_time[2] <= 1.5  # T* = 1
+    decay = 0.5 / (1 + t)  # A = −I: σ/(1 + 2σt)
+    np.testing.assert_allclose(fl.cov[:, 1, 0, 0], decay, rtol=1e-6)
+    np.testing.assert_allclose(fl.cov[:2, 2, 0, 0], 0.5 / (1 - t[:2]), rtol=1e-6)
+
+
+def test_gaussian_flow_reports_a_stalled_continuation_as_undecided():
+    # a draw of the clustering chapter (V, A with VA + AᵀVᵀ ⪯ 0): past |Σ| ≈ 3.7e9 the
+    # explicit steps are held near 1/(|A||V||Σ|) while |Σ| stops growing; before the
+    # evaluation budget this ran for hours
+    V = [
+        [2.1664904916643346, -1.8865713074940966],
+        [0.8035360988572215, -0.23447261855577717],
+    ]
+    A = [
+        [0.33388800132019114, -0.7011849490772022],
+        [0.858978157902882, -0.031708876028419986],
+    ]
+    with pytest.raises(FlowDiverged, match="stalled") as info:
+        gaussian_flow(np.zeros(2), np.eye(2), [0.0, 10.0], kind="softmax", A=A, V=V)
+    assert not isinstance(info.value, BlowUpError) and info.value.time > 2.4
+
+
+def test_dopri5_step_budget_is_not_a_singularity():
+    from attnbook.flows import odeint_dopri5
+
+    def stiff(_t, y):
+        return -1e4 * y
+
+    with pytest.raises(FlowDiverged, match="max_steps") as info:
+        odeint_dopri5(stiff, torch.ones(2), [0.0, 1.0], max_steps=50)
+    assert not isinstance(info.value, BlowUpError)

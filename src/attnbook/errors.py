@@ -67,12 +67,15 @@ class FlowDiverged(DivergenceError):
 class BlowUpError(FlowDiverged):
     """A flow reached a finite-time singularity at ``time``, or left a stated bound there.
 
-    ``state``: the solver's state where it stopped (just past the bound), or None.
+    ``state``: the solver's state where it stopped (just past the bound, or the last accepted
+    one when the step size underflowed), or None. ``underflow``: the step size underflowed
+    (the state did not leave the bound).
     """
 
-    def __init__(self, message: str, *, state=None, **kwargs):
+    def __init__(self, message: str, *, state=None, underflow: bool = False, **kwargs):
         super().__init__(message, **kwargs)
         self.state = state
+        self.underflow = underflow
 
 
 class NotConverged(DivergenceError):

@@ -32,7 +32,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .errors import BlowUpError
+from .errors import BlowUpError, FlowDiverged
 from .validation import (
     as_float64_array,
     as_tensor,
@@ -58,7 +58,12 @@ _SCIPY_METHODS = {"bdf": "BDF", "radau": "Radau", "lsoda": "LSODA"}
 
 
 def _blowup(
-    message: str, time: float, out: list, times: np.ndarray, state=None
+    message: str,
+    time: float,
+    out: list,
+    times: np.ndarray,
+    state=None,
+    underflow: bool = False,
 ) -> BlowUpError:
     return BlowUpError(
         message,
@@ -66,6 +71,7 @@ def _blowup(
         partial=torch.stack(out),
         times=torch.as_tensor(times[: len(out)]),
         state=state,
+        underflow=underflow,
     )
 
 
@@ -188,6 +194,29 @@ _DP_B4 = (
 )
 
 
+def _check_step(h, tc, y, n_steps: int, max_steps: int, out: list, times) -> None:
+    """Raise when DOPRI5 cannot go on: the step size underflowed (a singularity,
+    :class:`BlowUpError` with ``underflow``), or ``max_steps`` were spent (a stiff stall,
+    :class:`~attnbook.errors.FlowDiverged`)."""
+    if h < 1e-12 * max(1.0, abs(tc)):
+        raise _blowup(
+            f"step size underflow at t ≈ {tc:.6g}: the solution is singular there",
+            tc,
+            out,
+            times,
+            state=y,
+            underflow=True,
+        )
+    if n_steps > max_steps:  # not a singularity: the step is held down
+        raise FlowDiverged(
+            f"more than max_steps = {max_steps} steps by t ≈ {tc:.6g} (step {h:.3g}): "
+            "the problem is stiff there; try a stiff method",
+            time=tc,
+            partial=torch.stack(out),
+            times=torch.as_tensor(times[: len(out)]),
+        )
+
+
 def odeint_dopri5(
     f: Callable[[float, torch.Tensor], torch.Tensor],
     y0: torch.Tensor,
@@ -206,7 +235,8 @@ def odeint_dopri5(
     ``atol + rtol·|y|`` is at most 1; the next step is :math:`h \cdot 0.9\,\text{err}^{-1/5}`
     (clipped to [0.2, 5]). Output times are hit exactly (the step is shortened to land on them).
     Raises :class:`BlowUpError` on blow-up, or when the step size underflows (a finite-time
-    singularity, as in the softmax Riccati flow).
+    singularity, as in the softmax Riccati flow; ``underflow`` set), and
+    :class:`~attnbook.errors.FlowDiverged` after ``max_steps`` steps (a stiff stall).
     """
     times = check_times(t)
     rtol = check_positive(rtol, "rtol")
@@ -259,14 +289,7 @@ def odeint_dopri5(
                     h *= min(5.0, max(0.2, 0.9 * err**-0.2 if err > 0 else 5.0))
                 else:
                     h *= max(0.2, 0.9 * err**-0.2)
-                if h < 1e-12 * max(1.0, abs(tc)) or n_steps > max_steps:
-                    raise _blowup(
-                        f"step size underflow at t ≈ {tc:.6g}: the solution is singular there",
-                        tc,
-                        out,
-                        times,
-                        state=y,
-                    )
+                _check_step(h, tc, y, n_steps, max_steps, out, times)
             out.append(y)
             if bar is not None:
                 bar.update(1)
@@ -380,6 +403,7 @@ def odeint_stiff(
             t_fail,
             out or [y0],
             times,
+            underflow=True,
         )
     return torch.stack(out)
 

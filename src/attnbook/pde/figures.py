@@ -28,10 +28,10 @@ import torch
 
 from ..arrays import numpy_in_numpy_out
 from ..attention import resolve_kind
-from ..flows import check_adaptive_method, check_times, odeint
+from ..flows import check_adaptive_method, check_times
 from ..linalg import check_psd, psd_sqrt
 from ..validation import as_float64_array, check_positive, check_positive_int
-from .gaussian import CovarianceFlow
+from .gaussian import CovarianceFlow, frozen_batch_flow
 from .plots import cone_coordinates
 
 __all__ = [
@@ -190,9 +190,8 @@ def batched_covariance_flow(
     times = check_times(t)
     params = _params(kind, S0.shape[-1], A, V, Q, K)
 
-    def rhs(_t, S):
-        alive = S.diagonal(dim1=-2, dim2=-1).sum(-1) <= max_trace
-        return _rhs(S, kind, *params) * alive.to(S.dtype)[:, None, None]
+    def field(_t, S):
+        return _rhs(S, kind, *params)
 
     opts = dict(rtol=rtol, atol=atol, max_abs=max(1e8, 10 * max_trace))
     if method in ("bdf", "radau"):  # one dense d² × d² Jacobian block per member
@@ -200,15 +199,11 @@ def batched_covariance_flow(
 
         n = S0.shape[-1] ** 2
         opts["jac_sparsity"] = block_diag([np.ones((n, n))] * S0.shape[0], "csr")
-    cov = odeint(rhs, S0, times, method=method, **opts).numpy()
-    cov = (cov + cov.transpose(0, 1, 3, 2)) / 2
-    tr = np.trace(cov, axis1=-2, axis2=-1)
-    exploded = (tr > max_trace).any(0)
-    first = np.argmax(tr > max_trace, axis=0)
-    explode_time = np.where(exploded, times[first], math.inf)
-    return CovarianceFlow(
-        t=times, cov=cov, exploded=exploded, explode_time=explode_time
+    flow = frozen_batch_flow(
+        field, S0, times, max_trace=max_trace, method=method, opts=opts
     )
+    flow.cov = (flow.cov + flow.cov.transpose(0, 1, 3, 2)) / 2
+    return flow
 
 
 #: The panel groups of the authors' ``2d_plots.py`` whose matrices are random draws.

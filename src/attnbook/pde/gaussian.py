@@ -46,6 +46,7 @@ __all__ = [
     "check_covariance",
     "CovarianceFlow",
     "covariance_flow",
+    "frozen_batch_flow",
     "moment_field",
 ]
 
@@ -58,6 +59,14 @@ _INDEX_DECADES = 2
 #: 1/p, so this tells every singularity up to p = 10 from growth; exponential growth with a
 #: polynomial prefactor t^k has an index of order k/(r t)², far below it at the threshold.
 _GROWTH_INDEX = 0.1
+#: Right-hand-side evaluations allowed per decade of the continuation past the threshold.
+#: Near a singularity a decade takes tens of adaptive steps (the step shrinks with the
+#: distance to T*), and exponential growth a few hundred; a flow whose small directions
+#: turn stiff at large entries can instead stall, the step held near 1/(|A||V||Σ|) while
+#: |Σ| no longer grows (seen at 3.7e9 for a 2-d softmax draw), and would take ~10⁶ steps
+#: per decade. 30 000 evaluations (~4 300 DOPRI5 steps) is 50× the most any decade takes
+#: in the test suite and the Part III chapters (589, measured at this change).
+_DECADE_EVALS = 30_000
 
 
 #: Kinds whose covariance equation does not involve the mean (Σ' is a function of Σ alone):
@@ -245,6 +254,30 @@ def _growth_message(a, b, q, M_a, M_b) -> tuple[float, str]:
     )
 
 
+class _Stalled(Exception):
+    """The continuation past the threshold spent its evaluation budget on one decade."""
+
+
+def _budgeted(rhs, n_evals: int, t_k: float, M_k: float, M_next: float):
+    """``rhs`` that raises :class:`_Stalled` after ``n_evals`` evaluations (a step budget
+    for every method, SciPy's included: an exception in the right-hand side ends the solve)."""
+    count = 0
+
+    def f(t, y):
+        nonlocal count
+        count += 1
+        if count > n_evals:
+            raise _Stalled(
+                f"continuing from |entries| = {M_k:.1e} at t = {t_k:.10g} towards "
+                f"{M_next:.1e}, {n_evals} evaluations of the field reached t = {t:.10g} "
+                f"with |y| = {float(y.norm()):.4g}: the step is held down by stiffness, "
+                "not by a singularity"
+            )
+        return rhs(t, y)
+
+    return f
+
+
 def _crossing_test(rhs, y_M, t_M, t0, M, crossings, method, opts):
     """Continue from the crossing of ``M`` one decade at a time, up to ``10⁴ M``.
 
@@ -262,7 +295,7 @@ def _crossing_test(rhs, y_M, t_M, t0, M, crossings, method, opts):
         M_next = M_k * 10
         try:
             Y = odeint(
-                rhs,
+                _budgeted(rhs, _DECADE_EVALS, t_k, M_k, M_next),
                 y,
                 [t_k, horizon],
                 method=method,
@@ -389,6 +422,15 @@ def _classify(rhs, y0: torch.Tensor, times: np.ndarray, M: float, method: str, o
         )
     except ValueError as err2:
         raise _lost_psd(err2, t_M, M, M * _CONTINUE_FACTOR, Y, times) from None
+    except _Stalled as err2:
+        raise FlowDiverged(
+            f"|entries| crossed {M:.1e} at t = {t_M:.6g}; the continuation that tells a "
+            f"singularity from growth stalled ({err2}). The fate past the threshold is "
+            "undecided; a lower blowup_threshold may decide it before the stiffness sets in.",
+            time=t_M,
+            partial=Y,
+            times=np.asarray(times[: len(Y)]),
+        ) from None
     return Y, outcome, blow_t, rate, t_M, message
 
 
@@ -441,9 +483,10 @@ def gaussian_flow(
     :math:`r = \ln 10^4 / (T_{M'} - T_M)` (a lower bound when :math:`M'` is not reached
     within :math:`2(T_M - t_0) + 1`). The arrays hold the requested times before
     :math:`T_M`. The same test on :math:`\Sigma` alone gives ``cov_fate`` (the mean can grow
-    like :math:`e^{rt}` while the covariance clusters). Round-off that breaks the
-    covariance's positive semi-definiteness on the way raises
-    :class:`~attnbook.errors.FlowDiverged`.
+    like :math:`e^{rt}` while the covariance clusters). A continuation that stalls (more
+    than 30 000 evaluations of the field for one decade: small directions turned stiff at
+    large entries) raises :class:`~attnbook.errors.FlowDiverged`, the fate undecided; so
+    does round-off that breaks the covariance's positive semi-definiteness on the way.
     """
     start = time.perf_counter()
     a0 = _to_numpy(mean0, "mean0")
@@ -520,6 +563,95 @@ class CovarianceFlow:
     )  #: (B,) first output time with trace > max_trace (inf if never)
 
 
+def _member_log_rates(field, t: float, S: torch.Tensor) -> torch.Tensor:
+    r""":math:`\langle S_b, \dot S_b\rangle / \lVert S_b\rVert^2` for each member ``b``."""
+    f = field(t, S)
+    return (S * f).sum((-2, -1)) / (S * S).sum((-2, -1)).clamp_min(1e-300)
+
+
+def frozen_batch_flow(
+    field, S0: torch.Tensor, times: np.ndarray, *, max_trace: float, method: str, opts
+) -> CovarianceFlow:
+    r"""Integrate ``B`` independent flows :math:`\dot S_b = F(S)_b` together, each frozen (its
+    right-hand side set to zero) once its trace passes ``max_trace`` and flagged exploded.
+
+    ``field(t, S)``: the batched right-hand side, ``(B, d, d) -> (B, d, d)``. One adaptive step
+    size serves the batch, so a member that passes ``max_trace`` within a step it cannot
+    resolve (a singularity much faster than the others, or the jump of its right-hand side to
+    zero at the freeze) stops the whole solve: where the step leaves the bound ``max_abs`` the
+    members past it, and where the step size underflows the member with the largest log-rate
+    :math:`\langle S_b,\dot S_b\rangle/\lVert S_b\rVert^2`, are frozen at that state and
+    flagged exploded there, and the rest are integrated on from it. Each such event removes
+    one member at least, so there are at most ``B``. A stiff method's underflow, which
+    reports no state, raises :class:`~attnbook.errors.FlowDiverged`.
+    """
+    B = S0.shape[0]
+    out = torch.empty((len(times), *S0.shape), dtype=S0.dtype, device=S0.device)
+    live = torch.arange(B, device=S0.device)
+    event_time = np.full(B, math.inf)
+    y, t_a, filled = S0, float(times[0]), 0
+    while live.numel():
+        skip = int(filled > 0)  # a restart's first row is its starting state
+        grid = times if filled == 0 else np.r_[t_a, times[filled:]]
+
+        def rhs(t, S, live=live):
+            full = S0.clone()  # the frozen members' places hold their (finite) start
+            full[live] = S
+            alive = S.diagonal(dim1=-2, dim2=-1).sum(-1) <= max_trace
+            return field(t, full)[live] * alive.to(S.dtype)[:, None, None]
+
+        try:
+            out[filled:, live] = odeint(rhs, y, grid, method=method, **opts)[skip:]
+            break
+        except BlowUpError as err:
+            P = err.partial
+            out[filled : filled + len(P) - skip, live] = P[skip:]
+            filled += len(P) - skip
+            state, t_a = err.state, float(err.time)
+            if state is None:
+                raise FlowDiverged(
+                    f"{err} (method {method!r} reports no state there, so the member "
+                    "that stopped it cannot be frozen; use method='dopri5')",
+                    time=t_a,
+                ) from None
+            if getattr(err, "underflow", False):
+                full = S0.clone()
+                full[live] = state
+                g = _member_log_rates(field, t_a, full)[live]
+                g[state.diagonal(dim1=-2, dim2=-1).sum(-1) > max_trace] = -math.inf
+                stop = torch.zeros(live.numel(), dtype=torch.bool, device=S0.device)
+                stop[int(torch.argmax(g))] = True
+            else:  # members below max_trace have entries ≤ max_trace ≤ max_abs / 10,
+                # so entries past max_abs / 2 belong to the ones that left the bound (SciPy
+                # stops *on* it, DOPRI5 past it)
+                stop = state.abs().amax((-2, -1)) >= opts["max_abs"] / 2
+            if not bool(stop.any()):
+                raise
+        if (
+            filled < len(times) and times[filled] <= t_a
+        ):  # the event is on an output time
+            out[filled, live] = state
+            filled += 1
+        gone = live[stop]
+        event_time[gone.cpu().numpy()] = t_a
+        out[filled:, gone] = state[stop]
+        y, live = state[~stop], live[~stop]
+        if filled == len(times):
+            break
+    cov = out.cpu().numpy()
+    tr = np.trace(cov, axis1=-2, axis2=-1)  # (m, B)
+    by_trace = (tr > max_trace).any(0)
+    first = np.where(by_trace, times[np.argmax(tr > max_trace, axis=0)], math.inf)
+    at_event = np.searchsorted(times, event_time)  # the first output time at or after
+    ev = np.where(
+        np.isfinite(event_time), times[np.clip(at_event, 0, len(times) - 1)], math.inf
+    )
+    explode_time = np.minimum(first, ev)
+    return CovarianceFlow(
+        t=times, cov=cov, exploded=np.isfinite(explode_time), explode_time=explode_time
+    )
+
+
 def covariance_flow(
     cov0,
     t,
@@ -536,7 +668,9 @@ def covariance_flow(
 
     ``cov0``: ``(B, d, d)`` (or ``(d, d)``); ``A``, ``V``: ``(d, d)`` shared or ``(B, d, d)``.
     A member whose trace passes ``max_trace`` is frozen (its right-hand side set to zero) and
-    flagged ``exploded`` — the convention of the figures of Castin et al. (2025). ``method``:
+    flagged ``exploded`` — the convention of the figures of Castin et al. (2025); one that
+    explodes within a step the batch cannot resolve is frozen where it stopped the solve
+    (:func:`frozen_batch_flow`). ``method``:
     adaptive Dormand–Prince in torch float64, vectorised over the batch (``"dopri5"``), or a
     stiff method of :func:`attnbook.flows.odeint` (``"bdf"``, ``"radau"``, ``"lsoda"``) for long
     horizons, where a clustering covariance decays like 1/t beside modes of rate one; BDF and
@@ -571,23 +705,14 @@ def covariance_flow(
     dev = device if device is not None else "cpu"
     S0, Am, Vm = S0.to(dev), Am.to(dev), Vm.to(dev)
 
-    def rhs(_t, S):
-        alive = (S.diagonal(dim1=-2, dim2=-1).sum(-1) <= max_trace).to(S.dtype)[
-            :, None, None
-        ]
+    def field(_t, S):
         R = Vm @ S @ Am @ S
-        return (R + R.mT) * alive
+        return R + R.mT
 
     opts = dict(rtol=rtol, atol=atol, max_abs=max(1e8, 10 * max_trace))
     if method in ("bdf", "radau"):
         B, dd = S0.shape[0], d * d
         opts["jac_sparsity"] = np.kron(np.eye(B), np.ones((dd, dd)))
-    traj = odeint(rhs, S0, times, method=method, **opts)
-    cov = traj.cpu().numpy()
-    tr = np.trace(cov, axis1=-2, axis2=-1)  # (m, B)
-    exploded = (tr > max_trace).any(0)
-    first = np.where(exploded, np.argmax(tr > max_trace, axis=0), -1)
-    explode_time = np.where(exploded, times[np.clip(first, 0, None)], math.inf)
-    return CovarianceFlow(
-        t=times, cov=cov, exploded=exploded, explode_time=explode_time
+    return frozen_batch_flow(
+        field, S0, times, max_trace=max_trace, method=method, opts=opts
     )
