@@ -13,7 +13,8 @@ def _summary(claims_in: dict, seeds=tuple(range(3, 23))) -> dict:
         out[("c", cid)] = {
             "passed": len(seeds) - len(failed),
             "n": len(seeds),
-            "margins": list(margins),
+            "margins": list(np.asarray(margins) / 7.0),
+            "slacks": list(margins),
             "values": [(s, v, v, v) for s, v in zip(seeds, values)],
             "failed_seeds": list(failed),
         }

@@ -38,9 +38,10 @@ def failure_budget(summary: dict, *, rtol: float = 1e-9) -> dict:
 
     A claim is *seed-dependent* when its measured value differs between the sweep's seeds (by
     more than ``rtol`` of its size); the others are the same number under every seed and
-    cannot fail at a new one. For a seed-dependent claim whose margins ``m₁…mₙ`` (the sign
-    decides the claim) have mean ``m̄`` and standard deviation ``s``, the chance that the next
-    seed's margin is negative is the normal model's predictive probability
+    cannot fail at a new one. For a seed-dependent claim whose slacks ``m₁…mₙ`` (the distance
+    to failing in the claim's own units, whose sign decides it; not the margin, which divides
+    it by an effect that itself varies with the seed) have mean ``m̄`` and standard deviation
+    ``s``, the chance that the next seed's slack is negative is the normal model's predictive probability
     ``P = F_{n−1}(−m̄ / (s √(1 + 1/n)))`` (``F`` Student's t: the estimated spread's own
     uncertainty widens the tail), raised to the observed rate ``k_fail/n`` where that is
     larger. The book-wide chance that a fresh seed fails some claim is at most the sum of
@@ -48,14 +49,16 @@ def failure_budget(summary: dict, *, rtol: float = 1e-9) -> dict:
     largest. Beside the model stands what the sweep saw without one: the seeds at which
     some claim failed, ``k/n`` with its Clopper–Pearson interval.
 
-    The normal model is a model: a margin with a heavy tail towards 0 fails more often than
+    The normal model is a model: a slack with a heavy tail towards 0 fails more often than
     it says, one bounded above (an error below its tolerance) less often.
     """
     from scipy.stats import t as student_t
 
     claims_out = {}
     for key, c in summary["claims"].items():
-        m = np.asarray(c["margins"], dtype=float)
+        # the slack (distance to failing in the claim's units) decides the claim; the
+        # margin divides it by the effect, which itself varies with the seed
+        m = np.asarray(c.get("slacks", c["margins"]), dtype=float)
         v = np.asarray([x[2] for x in c["values"]], dtype=float)
         n, n_fail = int(c["n"]), int(c["n"]) - int(c["passed"])
         scale = max(1.0, float(np.nanmax(np.abs(v)))) if v.size else 1.0

@@ -427,11 +427,19 @@ def _add_claims_point(claims: dict, ch: dict, chapter: str, seed, arr) -> None:
             ch["ids"].append(cid)
         c = claims.setdefault(
             (chapter, cid),
-            {"passed": 0, "n": 0, "margins": [], "values": [], "failed_seeds": []},
+            {
+                "passed": 0,
+                "n": 0,
+                "margins": [],
+                "slacks": [],
+                "values": [],
+                "failed_seeds": [],
+            },
         )
         ok = bool(arr["claim_passed"][i])
         c["passed"] += ok
         c["margins"].append(float(arr["claim_margin"][i]))
+        c["slacks"].append(float(arr["claim_slack"][i]))
         c["values"].append(
             (
                 seed,
@@ -464,7 +472,7 @@ def sweep_summary(directory=None, root=None, *, missing_ok: bool = False) -> dic
     recorded, union over seeds), ``seeds`` (done), ``commits`` (the commits the points were
     made at), ``stale`` (the chapter or a module it imports changed since: True/False),
     ``failed_cells``. Per claim: ``passed`` (k), ``n`` (seeds done), ``margins``,
-    ``values`` ((seed, low, measured, high)) and ``failed_seeds``. Per asserting cell:
+    ``slacks`` (the distance to failing in the claim's own units), ``values`` ((seed, low, measured, high)) and ``failed_seeds``. Per asserting cell:
     ``passed``, ``n`` and ``failed_seeds``. With ``missing_ok`` a directory that holds no
     sweep yet gives an empty summary.
     """
