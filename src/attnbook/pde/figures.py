@@ -194,11 +194,6 @@ def batched_covariance_flow(
         return _rhs(S, kind, *params)
 
     opts = dict(rtol=rtol, atol=atol, max_abs=max(1e8, 10 * max_trace))
-    if method in ("bdf", "radau"):  # one dense d² × d² Jacobian block per member
-        from scipy.sparse import block_diag
-
-        n = S0.shape[-1] ** 2
-        opts["jac_sparsity"] = block_diag([np.ones((n, n))] * S0.shape[0], "csr")
     flow = frozen_batch_flow(
         field, S0, times, max_trace=max_trace, method=method, opts=opts
     )

@@ -569,6 +569,42 @@ def _member_log_rates(field, t: float, S: torch.Tensor) -> torch.Tensor:
     return (S * f).sum((-2, -1)) / (S * S).sum((-2, -1)).clamp_min(1e-300)
 
 
+def _block_jacobian(method: str, S: torch.Tensor) -> dict:
+    """BDF and Radau are told that the members of a ``(B, d, d)`` batch are independent
+    (one dense d² × d² Jacobian block each), for the members being integrated."""
+    if method not in ("bdf", "radau"):
+        return {}
+    from scipy.sparse import block_diag
+
+    n = S.shape[-1] ** 2
+    return {"jac_sparsity": block_diag([np.ones((n, n))] * S.shape[0], "csr")}
+
+
+def _stopped(err, field, S0, live, max_trace, method, max_abs) -> torch.Tensor:
+    """Which of the ``live`` members stopped the batch's solve with ``err`` (a bool mask)."""
+    state = err.state
+    if state is None:
+        raise FlowDiverged(
+            f"{err} (method {method!r} reports no state there, so the member "
+            "that stopped it cannot be frozen; use method='dopri5')",
+            time=float(err.time),
+        ) from None
+    if err.underflow:  # the fastest member below max_trace
+        full = S0.clone()
+        full[live] = state
+        g = _member_log_rates(field, float(err.time), full)[live]
+        g[state.diagonal(dim1=-2, dim2=-1).sum(-1) > max_trace] = -math.inf
+        stop = torch.zeros(live.numel(), dtype=torch.bool, device=S0.device)
+        stop[int(torch.argmax(g))] = True
+    else:  # members below max_trace have entries ≤ max_trace ≤ max_abs / 10, so
+        # entries past max_abs / 2 belong to the ones that left the bound (SciPy stops
+        # *on* it, DOPRI5 past it)
+        stop = state.abs().amax((-2, -1)) >= max_abs / 2
+    if not bool(stop.any()):
+        raise err
+    return stop
+
+
 def frozen_batch_flow(
     field, S0: torch.Tensor, times: np.ndarray, *, max_trace: float, method: str, opts
 ) -> CovarianceFlow:
@@ -583,7 +619,8 @@ def frozen_batch_flow(
     :math:`\langle S_b,\dot S_b\rangle/\lVert S_b\rVert^2`, are frozen at that state and
     flagged exploded there, and the rest are integrated on from it. Each such event removes
     one member at least, so there are at most ``B``. A stiff method's underflow, which
-    reports no state, raises :class:`~attnbook.errors.FlowDiverged`.
+    reports no state, raises :class:`~attnbook.errors.FlowDiverged`. BDF and Radau get the
+    batch's block-diagonal Jacobian pattern (``opts`` must not carry one).
     """
     B = S0.shape[0]
     out = torch.empty((len(times), *S0.shape), dtype=S0.dtype, device=S0.device)
@@ -601,35 +638,18 @@ def frozen_batch_flow(
             return field(t, full)[live] * alive.to(S.dtype)[:, None, None]
 
         try:
-            out[filled:, live] = odeint(rhs, y, grid, method=method, **opts)[skip:]
+            Y = odeint(
+                rhs, y, grid, method=method, **opts, **_block_jacobian(method, y)
+            )
+            out[filled:, live] = Y[skip:]
             break
         except BlowUpError as err:
             P = err.partial
             out[filled : filled + len(P) - skip, live] = P[skip:]
             filled += len(P) - skip
             state, t_a = err.state, float(err.time)
-            if state is None:
-                raise FlowDiverged(
-                    f"{err} (method {method!r} reports no state there, so the member "
-                    "that stopped it cannot be frozen; use method='dopri5')",
-                    time=t_a,
-                ) from None
-            if getattr(err, "underflow", False):
-                full = S0.clone()
-                full[live] = state
-                g = _member_log_rates(field, t_a, full)[live]
-                g[state.diagonal(dim1=-2, dim2=-1).sum(-1) > max_trace] = -math.inf
-                stop = torch.zeros(live.numel(), dtype=torch.bool, device=S0.device)
-                stop[int(torch.argmax(g))] = True
-            else:  # members below max_trace have entries ≤ max_trace ≤ max_abs / 10,
-                # so entries past max_abs / 2 belong to the ones that left the bound (SciPy
-                # stops *on* it, DOPRI5 past it)
-                stop = state.abs().amax((-2, -1)) >= opts["max_abs"] / 2
-            if not bool(stop.any()):
-                raise
-        if (
-            filled < len(times) and times[filled] <= t_a
-        ):  # the event is on an output time
+            stop = _stopped(err, field, S0, live, max_trace, method, opts["max_abs"])
+        if filled < len(times) and times[filled] <= t_a:  # an event on an output time
             out[filled, live] = state
             filled += 1
         gone = live[stop]
@@ -710,9 +730,6 @@ def covariance_flow(
         return R + R.mT
 
     opts = dict(rtol=rtol, atol=atol, max_abs=max(1e8, 10 * max_trace))
-    if method in ("bdf", "radau"):
-        B, dd = S0.shape[0], d * d
-        opts["jac_sparsity"] = np.kron(np.eye(B), np.ones((dd, dd)))
     return frozen_batch_flow(
         field, S0, times, max_trace=max_trace, method=method, opts=opts
     )
