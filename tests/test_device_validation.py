@@ -4,6 +4,7 @@ import torch
 
 from attnbook import device
 from attnbook import validation as v
+from attnbook.device import stream_seed
 from attnbook.notebook import setup_chapter
 
 
@@ -86,11 +87,13 @@ def test_setup_chapter(monkeypatch, capsys):
     assert torch.get_num_threads() == 1 and "CPU" in capsys.readouterr().out
     assert torch.equal(
         torch.rand(2, generator=ch.generator(1)),
-        torch.rand(2, generator=torch.Generator().manual_seed(4)),
+        torch.rand(2, generator=torch.Generator().manual_seed(stream_seed(3, 1))),
     )
     np.testing.assert_array_equal(
-        ch.rng(2).normal(size=3), np.random.default_rng(5).normal(size=3)
+        ch.rng(2).normal(size=3),
+        np.random.default_rng(stream_seed(3, 2)).normal(size=3),
     )
+    assert ch.seed_for(1) == stream_seed(3, 1) != ch.seed_for("1")
     with pytest.raises(ValueError, match="cpu_threads"):
         setup_chapter("foundations/attention-maps", cpu_threads=0)
 
@@ -149,3 +152,35 @@ def test_as_generator_seeds_a_generator_on_the_other_device(monkeypatch):
         s1 == s2 != s3 and 0 <= s1 < 2**62
     )  # deterministic in the CPU generator's state
     assert torch.device(d1).type == "cuda"
+
+
+def test_stream_seed_is_a_seedsequence_child_and_streams_never_collide():
+    # the k-th child NumPy spawns from SeedSequence(seed), independently of our code
+    child = np.random.SeedSequence(11).spawn(4)[3]
+    w = child.generate_state(2, np.uint32)
+    assert stream_seed(11, 3) == int(w[0]) | (int(w[1]) & 0x3FFFFFFF) << 32
+    grand = (
+        np.random.SeedSequence(11).spawn(3)[2].spawn(6)[5].generate_state(2, np.uint32)
+    )
+    assert stream_seed(11, 2, 5) == int(grand[0]) | (int(grand[1]) & 0x3FFFFFFF) << 32
+    # seed + offset made seed 0's stream 1 seed 1's stream 0; here no two pairs meet
+    seeds = {stream_seed(s, k) for s in range(40) for k in range(40)}
+    names = {stream_seed(s, name) for s in range(40) for name in ("init", "data", "0")}
+    assert len(seeds) == 1600 and len(names) == 120 and not seeds & names
+    assert all(0 <= x < 2**62 for x in seeds)
+
+
+@pytest.mark.parametrize(
+    "args, err, match",
+    [
+        ((-1, 0), ValueError, "non-negative"),
+        ((1.5, 0), TypeError, "seed"),
+        ((1,), ValueError, "purpose"),
+        ((1, -2), ValueError, "purpose"),
+        ((1, True), TypeError, "purpose"),
+        ((1, 0.5), TypeError, "purpose"),
+    ],
+)
+def test_stream_seed_rejects_bad_input(args, err, match):
+    with pytest.raises(err, match=match):
+        stream_seed(*args)

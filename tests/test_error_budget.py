@@ -62,3 +62,56 @@ def test_clopper_pearson_matches_its_closed_forms():
         clopper_pearson(21, 20)
     with pytest.raises(TypeError, match="integers"):
         clopper_pearson(1.5, 20)
+
+
+def test_one_sided_bounds_on_one_signed_quantities_are_judged_on_the_log_scale():
+    from scipy.stats import t as student_t
+
+    rng = np.random.default_rng(7)
+    gap = np.exp(rng.normal(np.log(0.2), 0.6, size=20))  # a relative gap ≥ 0.02
+    rate = -np.exp(rng.normal(np.log(1.0), 0.7, size=20))  # a rate ≤ −0.05
+    mixed = rng.normal(0.5, 0.3, size=20)  # both signs: no log scale
+    s = _summary(
+        {
+            "gap": (gap, gap - 0.02, []),
+            "rate": (rate, -0.05 - rate, []),
+            "mixed": (mixed, mixed + 1.0, []),
+        }
+    )
+    records = [
+        {
+            "chapter": "c",
+            "claims": [
+                {"id": "gap", "lower": 0.02, "upper": None, "expected": None},
+                {"id": "rate", "lower": None, "upper": -0.05, "expected": None},
+                {"id": "mixed", "lower": -1.0, "upper": None, "expected": None},
+            ],
+        }
+    ]
+    b = error_budget.failure_budget(s, records)
+    out = b["claims"]
+    assert [out[("c", k)]["model"] for k in ("gap", "rate", "mixed")] == [
+        "log",
+        "log",
+        "normal",
+    ]
+
+    def tail(d):  # the predictive t tail of d below 0, by hand
+        z = -d.mean() / (d.std(ddof=1) * np.sqrt(1 + 1 / d.size))
+        return student_t.cdf(z, d.size - 1)
+
+    assert out[("c", "gap")]["p_fail"] == pytest.approx(tail(np.log(gap / 0.02)))
+    # |rate| must stay above 0.05: the log distance is ln|x| − ln 0.05
+    assert out[("c", "rate")]["p_fail"] == pytest.approx(tail(np.log(-rate / 0.05)))
+    # a normal sample stays on its own scale, whose likelihood is the better one
+    sym = rng.normal(1.0, 0.1, size=20)
+    s2 = _summary({"sym": (sym, sym - 0.5, [])})
+    rec2 = [{"chapter": "c", "claims": [{"id": "sym", "lower": 0.5, "upper": None}]}]
+    assert error_budget.failure_budget(s2, rec2)["claims"][("c", "sym")]["model"] == (
+        "normal"
+    )
+    # the log scale is the one a skewed scale quantity lives on: its tail is far thinner
+    # here than the normal model's on the slack
+    plain = error_budget.failure_budget(s)["claims"][("c", "gap")]
+    assert plain["model"] == "normal"
+    assert out[("c", "gap")]["p_fail"] < plain["p_fail"]

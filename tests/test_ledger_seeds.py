@@ -209,3 +209,84 @@ def test_the_archived_sweeps_readme_is_written_from_the_archive():
     assert f"{held}/{len(summary['claims'])} claims" in text
     # the committed README is what the tool writes (rerun it after every sweep)
     assert (archive / "README.md").read_text() == text
+
+
+def test_held_out_seeds_come_from_the_inputs_and_avoid_the_fixed_seeds():
+    digest = hashlib.sha256(b"a chapter and its modules").hexdigest()
+    # by hand: the first 8 bytes (little-endian) of SHA-256("<digest>:<draw>")
+    h = hashlib.sha256(f"{digest}:3".encode()).digest()
+    assert L.held_out_seed(digest, 3) == 10**6 + int.from_bytes(h[:8], "little") % (
+        10**9 - 10**6
+    )
+    seeds = [L.held_out_seed(digest, d) for d in range(50)]
+    assert len(set(seeds)) == 50 and all(10**6 <= s < 10**9 for s in seeds)
+    other = hashlib.sha256(b"one byte edited").hexdigest()
+    assert L.held_out_seed(other, 3) != L.held_out_seed(digest, 3)
+    with pytest.raises(ValueError, match="digest"):
+        L.held_out_seed("abc", 0)
+    with pytest.raises(ValueError, match="draw"):
+        L.held_out_seed(digest, -1)
+    exp = E.get("ledger-heldout")
+    assert list(exp.scale("book").axes["draw"]) == list(range(L.HELD_OUT_DRAWS))
+    assert exp.inputs is not None and exp.recheck is not None
+
+
+def _held_out_archive(tmp_path, chapters, points):
+    """A held-out archive by hand: ``points`` maps (chapter, draw) to (failed, stale)."""
+    man = {
+        "axes": {"chapter": list(chapters), "draw": [0, 1, 2]},
+        "points": [
+            {"index": [i, d], "hash": f"h{i}{d}"}
+            for i in range(len(chapters))
+            for d in range(3)
+        ],
+        "experiment": "ledger-heldout",
+        "scale": "book",
+        "device": "cpu",
+        "dtype": "float64",
+    }
+    (tmp_path / "points").mkdir()
+    (tmp_path / store.MANIFEST).write_text(json.dumps(man))
+    rs = store.RunStore(tmp_path, man)
+    for (chapter, d), (failed, stale) in points.items():
+        inputs = {} if stale else L.chapter_inputs(chapter, ROOT)
+        rs.write(
+            f"h{chapters.index(chapter)}{d}",
+            {
+                "claim": np.array(["a.one", "a.two"]),
+                "claim_passed": np.array([True, not failed]),
+                "failed_cell": np.array([], dtype=np.int64),
+                "failed_error": np.array([], dtype=str),
+                "seed": np.int64(10**6 + d),
+            },
+            {"inputs": inputs, "git_commit": "c" * 40},
+        )
+    return tmp_path
+
+
+def test_held_out_summary_counts_current_points_with_exact_intervals(tmp_path):
+    from scipy.stats import beta
+
+    chapters = ["foundations/how-to-use", "pde/gradient-flow"]
+    pts = {
+        (chapters[0], 0): (False, False),
+        (chapters[1], 0): (False, False),
+        (chapters[0], 1): (True, False),  # fails: draw 1 fails the book
+        (chapters[1], 1): (False, False),
+        (chapters[0], 2): (False, False),
+        (chapters[1], 2): (True, True),  # stale: neither its failure nor draw 2 counts
+    }
+    out = L.held_out_summary(_held_out_archive(tmp_path, chapters, pts), ROOT)
+    assert (out["runs"]["k"], out["runs"]["n"]) == (1, 5)
+    assert (out["book"]["k"], out["book"]["n"]) == (1, 2)
+    lo, hi = out["runs"]["interval"]
+    assert lo == pytest.approx(beta.ppf(0.025, 1, 5)) and hi == pytest.approx(
+        beta.ppf(0.975, 2, 4)
+    )
+    assert out["chapters"][chapters[1]] == {"n": 2, "k": 0, "stale": 1}
+    bad = [q for q in out["points"] if q["failed"] and not q["stale"]]
+    assert [(q["chapter"], q["seed"], q["why"]) for q in bad] == [
+        (chapters[0], 10**6 + 1, ["claim a.two"])
+    ]
+    empty = L.held_out_summary(tmp_path / "none", ROOT, missing_ok=True)
+    assert empty["runs"]["n"] == 0 and empty["book"]["interval"] == (0.0, 1.0)

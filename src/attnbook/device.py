@@ -12,6 +12,7 @@ silently 0.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 
@@ -22,6 +23,7 @@ __all__ = [
     "default_device",
     "as_generator",
     "seed_everything",
+    "stream_seed",
     "on_colab",
     "describe",
     "default_dtype",
@@ -148,6 +150,46 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def _purpose_words(purpose) -> list[int]:
+    """A purpose as SeedSequence spawn-key words: an int as itself, a str as two 32-bit
+    words of its SHA-256 (so names and numbers can name streams alike)."""
+    if isinstance(purpose, bool):
+        raise TypeError("a stream's purpose must be an int >= 0 or a str, got bool")
+    if isinstance(purpose, (int, np.integer)):
+        if purpose < 0:
+            raise ValueError(f"a stream's purpose must be >= 0, got {purpose}")
+        return [int(purpose)]
+    if isinstance(purpose, str):
+        digest = hashlib.sha256(purpose.encode("utf-8")).digest()
+        # a marker word keeps the name "1" apart from the number 1
+        return [
+            2**32 - 1,
+            *(int.from_bytes(digest[i : i + 4], "little") for i in (0, 4)),
+        ]
+    raise TypeError(
+        f"a stream's purpose must be an int >= 0 or a str, got {type(purpose).__name__}"
+    )
+
+
+def stream_seed(seed: int, *purpose) -> int:
+    """The 62-bit seed of one independent stream of ``seed``: its child ``purpose``.
+
+    ``numpy.random.SeedSequence(seed)`` spawns one child per purpose (a purpose is one or
+    more ints >= 0 or strs: ``stream_seed(s, 3)`` is the fourth child of ``s``,
+    ``stream_seed(s, "init", 2)`` a grandchild). Unlike ``seed + k``, two streams share no
+    seed: seed 0's stream 1 is not seed 1's stream 0, and a chapter's draws at two seeds
+    are independent. The result feeds any ``seed=`` argument or :func:`as_generator`.
+    """
+    _fresh_generator(seed, "cpu")  # validates
+    if not purpose:
+        raise ValueError("stream_seed needs at least one purpose (an int or a str)")
+    key = [w for p in purpose for w in _purpose_words(p)]
+    words = np.random.SeedSequence(int(seed), spawn_key=tuple(key)).generate_state(
+        2, np.uint32
+    )
+    return int(words[0]) | (int(words[1]) & 0x3FFFFFFF) << 32
 
 
 def on_colab() -> bool:

@@ -17,7 +17,13 @@ import numpy as np
 import torch
 
 from .claims import Ledger
-from .device import as_generator, default_device, describe, seed_everything
+from .device import (
+    as_generator,
+    default_device,
+    describe,
+    seed_everything,
+    stream_seed,
+)
 from .plotting import use_style
 
 __all__ = ["Chapter", "chapter_seed", "setup_chapter"]
@@ -33,13 +39,24 @@ class Chapter:
     seed: int
     ledger: Ledger
 
-    def generator(self, offset: int = 0) -> torch.Generator:
-        """A CPU generator seeded with ``seed + offset`` (CPU draws are the same on every machine)."""
-        return as_generator(self.seed + offset, "cpu")
+    def seed_for(self, *purpose) -> int:
+        """The seed of the chapter's stream for ``purpose`` (ints >= 0 or strs).
 
-    def rng(self, offset: int = 0) -> np.random.Generator:
-        """A NumPy generator seeded with ``seed + offset`` (``np.random.default_rng``'s stream)."""
-        return as_generator(self.seed + offset, numpy=True)
+        One ``SeedSequence`` per chapter seed, one spawned child per purpose
+        (:func:`attnbook.device.stream_seed`): every purpose gets its own stream, and no
+        stream of one chapter seed is a stream of another (``seed + k`` made seed 0's
+        stream 1 seed 1's stream 0).
+        """
+        return stream_seed(self.seed, *purpose)
+
+    def generator(self, purpose=0) -> torch.Generator:
+        """A CPU generator on the stream ``seed_for(purpose)`` (CPU draws are the same on
+        every machine)."""
+        return as_generator(self.seed_for(purpose), "cpu")
+
+    def rng(self, purpose=0) -> np.random.Generator:
+        """A NumPy generator on the stream ``seed_for(purpose)``."""
+        return as_generator(self.seed_for(purpose), numpy=True)
 
 
 def chapter_seed(seed: int | None = None) -> int:

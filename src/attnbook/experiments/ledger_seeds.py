@@ -41,16 +41,21 @@ from . import Experiment, Scale, register
 from .recheck import Recheck, exact, not_compared
 
 __all__ = [
+    "HeldOutConfig",
     "LedgerSeedsConfig",
     "SWEEP_SEEDS",
     "book_root",
     "chapter_inputs",
     "execute_chapter",
+    "held_out_seed",
+    "held_out_summary",
     "asserting_cells",
 ]
 
-#: The seeds of the book-scale sweep: twenty that no chapter was tuned for (``make test``
-#: runs seed 0, ``make test-seeds`` seeds 1, 2 and one derived from the commit).
+#: The seeds of the book-scale tuning sweep: twenty fixed seeds (``make test`` runs seed 0,
+#: ``make test-seeds`` seeds 1, 2 and one derived from the commit). They are not held out:
+#: claims have been restated after failing at some of them. The held-out seeds are
+#: ``ledger-heldout``'s, drawn from each chapter's inputs (:func:`held_out_seed`).
 SWEEP_SEEDS = tuple(range(3, 23))
 #: A chapter that runs longer than this is reported as failed (a cell timeout).
 CELL_TIMEOUT_S = 900
@@ -290,13 +295,13 @@ def _f(x) -> float:
     return float("nan") if x is None else float(x)
 
 
-def ledger_seeds_point(cfg: LedgerSeedsConfig) -> dict:
+def _chapter_point(chapter: str, seed: int, inputs: dict) -> dict:
+    """One chapter executed under ``seed``: the arrays a point of either sweep records."""
     from ..claims import claim_slack
 
     root = book_root()
-    inputs = chapter_inputs(cfg.chapter, root)
-    asserting = set(asserting_cells(cfg.chapter, root))
-    run = execute_chapter(cfg.chapter, cfg.seed, root=root)
+    asserting = set(asserting_cells(chapter, root))
+    run = execute_chapter(chapter, seed, root=root)
     cs = run["claims"]
     lo = [c["interval"][0] if c.get("interval") else c["measured"] for c in cs]
     hi = [c["interval"][1] if c.get("interval") else c["measured"] for c in cs]
@@ -319,6 +324,10 @@ def ledger_seeds_point(cfg: LedgerSeedsConfig) -> dict:
         "chapter_wall_s": np.float64(run["wall_s"]),
         "inputs_sha256": np.array(inputs_digest(inputs)),
     }
+
+
+def ledger_seeds_point(cfg: LedgerSeedsConfig) -> dict:
+    return _chapter_point(cfg.chapter, cfg.seed, chapter_inputs(cfg.chapter))
 
 
 def ledger_seeds_inputs(cfg: LedgerSeedsConfig) -> dict[str, str]:
@@ -345,7 +354,7 @@ register(
         name="ledger-seeds",
         part="book",
         description=(
-            "every chapter executed under 20 seeds nobody tuned for: each claim's and each "
+            "every chapter executed under 20 fixed tuning seeds: each claim's and each "
             "asserting cell's pass count, the values against the criterion"
         ),
         function=ledger_seeds_point,
@@ -389,8 +398,103 @@ register(
 )
 
 
+#: Held-out seeds per chapter at book scale (``ledger-heldout``).
+HELD_OUT_DRAWS = 8
+
+
+def held_out_seed(digest: str, draw: int) -> int:
+    """The ``draw``-th held-out seed of a chapter whose inputs hash to ``digest``.
+
+    The seed is drawn from the inputs themselves (SHA-256 of ``digest`` and ``draw``), so it
+    exists only once the chapter and every module it imports are final: no edit can have been
+    tuned to it, and any edit draws new ones (the old points turn stale). Seeds lie in
+    [10⁶, 10⁹), apart from the fixed seeds 0–22 of ``make test``, ``make test-seeds`` and the
+    tuning sweep.
+    """
+    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise ValueError(f"digest must be a SHA-256 hex string, got {digest!r}")
+    if isinstance(draw, bool) or not isinstance(draw, (int, np.integer)) or draw < 0:
+        raise ValueError(f"draw must be a non-negative integer, got {draw!r}")
+    h = hashlib.sha256(f"{digest}:{int(draw)}".encode()).digest()
+    return 10**6 + int.from_bytes(h[:8], "little") % (10**9 - 10**6)
+
+
+@dataclass(frozen=True)
+class HeldOutConfig:
+    """One chapter under its ``draw``-th held-out seed."""
+
+    chapter: str
+    draw: int
+    device: str = "cpu"
+    dtype: str = "float64"
+
+
+def ledger_heldout_point(cfg: HeldOutConfig) -> dict:
+    inputs = chapter_inputs(cfg.chapter)
+    seed = held_out_seed(inputs_digest(inputs), cfg.draw)
+    return {**_chapter_point(cfg.chapter, seed, inputs), "seed": np.int64(seed)}
+
+
+def ledger_heldout_inputs(cfg: HeldOutConfig) -> dict[str, str]:
+    return chapter_inputs(cfg.chapter)
+
+
+register(
+    Experiment(
+        name="ledger-heldout",
+        part="book",
+        description=(
+            "every chapter executed under held-out seeds drawn from its own inputs after "
+            "the last change (never edited to): k/n points that fail, Clopper–Pearson"
+        ),
+        function=ledger_heldout_point,
+        config=HeldOutConfig,
+        scales={
+            "smoke": Scale(
+                axes={"chapter": ("foundations/attention-maps",), "draw": (0, 1)}
+            ),
+            "book": Scale(
+                axes={"chapter": _chapters(), "draw": tuple(range(HELD_OUT_DRAWS))}
+            ),
+            "paper": Scale(axes={"chapter": _chapters(), "draw": tuple(range(40))}),
+        },
+        dims={
+            **{k: ("claim",) for k in ("claim", "claim_passed", *_CLAIM_VALUES)},
+            "check_cell": ("check",),
+            "check_passed": ("check",),
+            "failed_cell": ("failure",),
+            "failed_error": ("failure",),
+        },
+        note=(
+            "one point = one chapter under one held-out seed; a point whose chapter or "
+            "modules changed is stale and is redrawn (a new seed) on resume"
+        ),
+        recheck=Recheck(
+            outputs={
+                "seed": exact(reason="the seed drawn from the chapter's inputs"),
+                "claim": exact(reason="the claim ids the chapter states"),
+                "claim_passed": exact(reason="a claim holds on every numeric path"),
+                "check_cell": exact(reason="positions of the asserting cells"),
+                "check_passed": exact(reason="an exercise holds on every numeric path"),
+                "failed_cell": exact(reason="no cell fails on any numeric path"),
+                "failed_error": exact(reason="no cell fails on any numeric path"),
+                "n_code_cells": exact(reason="the chapter's code cells"),
+                "inputs_sha256": exact(reason="the sources at the commit re-checked"),
+                "chapter_wall_s": not_compared(
+                    reason="a timing: it depends on the machine and its load"
+                ),
+                **{k: not_compared(reason=_NOT_COMPARED) for k in _CLAIM_VALUES},
+            }
+        ),
+        inputs=ledger_heldout_inputs,
+    )
+)
+
+
 #: Where the book keeps the sweep (relative to the checkout).
 ARCHIVE = "results/ledger-seeds"
+#: Where it keeps the held-out points.
+HELD_OUT_ARCHIVE = "results/ledger-heldout"
 
 
 def _inputs_now(chapter: str, root: Path) -> dict:
@@ -494,8 +598,9 @@ def sweep_summary(directory=None, root=None, *, missing_ok: bool = False) -> dic
         if not store.is_done(p["hash"]):
             continue
         chapter = axes["chapter"][p["index"][0]]
-        seed = axes["seed"][p["index"][1]]
         arr = read_point(directory, p["hash"])
+        # the tuning sweep's seed is an axis; a held-out point records the seed it drew
+        seed = axes["seed"][p["index"][1]] if "seed" in axes else int(arr["seed"])
         meta = read_point_meta(directory, p["hash"])
         if chapter not in current:
             current[chapter] = _inputs_now(chapter, root)
@@ -511,7 +616,7 @@ def sweep_summary(directory=None, root=None, *, missing_ok: bool = False) -> dic
         ch["commits"] = sorted(ch["commits"])
     return {
         "directory": str(directory),
-        "seeds": list(axes["seed"]),
+        "seeds": list(axes.get("seed", ())),
         "chapters": chapters,
         "claims": claims,
         "checks": checks,
@@ -539,3 +644,101 @@ def sweep_mismatches(records: list[dict], summary: dict) -> dict[str, str]:
                 parts.append("no longer made: " + ", ".join(gone))
             out[chapter] = "; ".join(parts)
     return out
+
+
+def _held_out_point(directory: Path, p: dict, chapter: str, draw, now: dict) -> dict:
+    """One finished held-out point: its seed, whether it is stale, what failed there."""
+    from .store import read_point, read_point_meta
+
+    arr = read_point(directory, p["hash"])
+    meta = read_point_meta(directory, p["hash"])
+    why = [
+        f"claim {cid}"
+        for cid, ok in zip(arr["claim"].tolist(), arr["claim_passed"].tolist())
+        if not ok
+    ]
+    why += [
+        f"cell {c}: {e}"
+        for c, e in zip(arr["failed_cell"].tolist(), arr["failed_error"].tolist())
+    ]
+    return {
+        "chapter": chapter,
+        "draw": int(draw),
+        "seed": int(arr["seed"]),
+        "stale": (meta.get("inputs") or {}) != now,
+        "failed": bool(why),
+        "why": why,
+        "commit": (meta.get("git_commit") or "?").split("+")[0][:12],
+    }
+
+
+def held_out_summary(directory=None, root=None, *, missing_ok: bool = False) -> dict:
+    """The held-out points (``ledger-heldout``): how many fail, with exact intervals.
+
+    Only *current* points count (a stale one ran code that has changed since, under a
+    seed the change has since redrawn). ``points`` lists every finished point
+    (``chapter``, ``draw``, ``seed``, ``stale``, ``failed``, ``why``); ``runs`` is ``k``
+    failed of ``n`` current chapter runs with the Clopper–Pearson 95 % ``interval`` (the
+    chance that one chapter under one fresh seed fails a claim or a cell); ``book`` counts
+    the draws at which every chapter is current (one fresh seed per chapter: the chance
+    that a reader who runs the whole book meets a failure), ``k`` of them failing
+    somewhere; ``chapters`` gives ``n``, ``k`` and ``stale`` per chapter.
+    """
+    from .error_budget import clopper_pearson
+    from .store import RunStore, read_manifest
+
+    root = Path(root) if root is not None else book_root()
+    directory = Path(directory) if directory is not None else root / HELD_OUT_ARCHIVE
+    empty_ci = (0.0, 1.0)
+    if missing_ok and not (directory / "manifest.json").is_file():
+        return {
+            "directory": str(directory),
+            "draws": [],
+            "points": [],
+            "runs": {"k": 0, "n": 0, "interval": empty_ci},
+            "book": {"k": 0, "n": 0, "interval": empty_ci},
+            "chapters": {},
+        }
+    man = read_manifest(directory)
+    store = RunStore(directory, man)
+    axes = man["axes"]
+    now = {c: _inputs_now(c, root) for c in axes["chapter"]}
+    points = [
+        _held_out_point(
+            directory,
+            p,
+            axes["chapter"][p["index"][0]],
+            axes["draw"][p["index"][1]],
+            now[axes["chapter"][p["index"][0]]],
+        )
+        for p in man["points"]
+        if store.is_done(p["hash"])
+    ]
+    current = [q for q in points if not q["stale"]]
+    chapters = {
+        c: {
+            "n": sum(q["chapter"] == c for q in current),
+            "k": sum(q["chapter"] == c and q["failed"] for q in current),
+            "stale": sum(q["chapter"] == c and q["stale"] for q in points),
+        }
+        for c in axes["chapter"]
+        if now[c]  # a chapter no longer in the book is left out
+    }
+    by_draw: dict = {}
+    for q in current:
+        by_draw.setdefault(q["draw"], []).append(q)
+    whole = [qs for qs in by_draw.values() if len(qs) == len(chapters)]
+    k_runs, n_runs = sum(q["failed"] for q in current), len(current)
+    k_book = sum(any(q["failed"] for q in qs) for qs in whole)
+
+    def ci(k, n):
+        return clopper_pearson(k, n) if n else empty_ci
+
+    return {
+        "directory": str(directory),
+        "draws": list(axes["draw"]),
+        "points": points,
+        "runs": {"k": k_runs, "n": n_runs, "interval": ci(k_runs, n_runs)},
+        "book": {"k": k_book, "n": len(whole), "interval": ci(k_book, len(whole))},
+        "chapters": chapters,
+    }
