@@ -202,26 +202,11 @@ def test_a_claim_its_rival_passes_is_refused(tmp_path):
             **base,
         )
     # one of its values inside the tolerance (here inside the measured interval): refused
+    near = dict(samples=x, expected=-0.5, atol=0.07, **base)
     with pytest.raises(claims.CannotDiscriminate, match="power law.*-0.46"):
-        led.check(
-            "v.inside",
-            "s",
-            samples=x,
-            expected=-0.5,
-            atol=0.07,
-            rival=("a power law", [-0.9, -0.46]),
-            **base,
-        )
+        led.check("v.inside", "s", rival=("a power law", [-0.9, -0.46]), **near)
     # excluded: recorded with its name, values, discrimination and distance in half-widths
-    c = led.check(
-        "v.ok",
-        "s",
-        samples=x,
-        expected=-0.5,
-        atol=0.07,
-        rival=("a power law", [-0.9, -0.7]),
-        **base,
-    )
+    c = led.check("v.ok", "s", rival=("a power law", [-0.9, -0.7]), **near)
     half = (c.interval[1] - c.interval[0]) / 2
     assert c.passed and c.rival_name == "a power law" and c.rival == [-0.9, -0.7]
     assert c.rival_excluded_by == pytest.approx(0.2 / half)

@@ -242,3 +242,34 @@ def test_findings_at_a_glance_rounds_counts_and_folds(tmp_path):
             [_row(measured="{x.bad}", claims=("x.bad",))],
             _records(tmp_path / "f", fail=True),
         )
+
+
+def test_rows_say_what_their_claims_rule_out(tmp_path):
+    from attnbook.findings import findings_glance_html, findings_table_html, rules_out
+
+    by_id = claims_by_id(_records(tmp_path))
+    lines = rules_out(("x.rate", "x.noisy"), by_id)
+    # the rival, with what it predicts and by how far the measurement excludes it
+    assert lines[0].startswith("x.rate: a slower law predicts 0.45, 0.4")
+    assert lines[0].endswith("fails the criterion by 0.88 of its distance")
+    # no rival: the null and by how much it misses the criterion
+    assert lines[1].startswith("x.noisy: null 3") and "of the effect" in lines[1]
+    rows = [_row(), _row(measured="mean {x.noisy}", claims=("x.noisy",))]
+    glance = findings_glance_html(rows, _records(tmp_path / "g"))
+    assert glance.count("<dt>rules out</dt>") == 2 and "a slower law" in glance
+    table = findings_table_html(rows, _records(tmp_path / "t"))
+    assert "<th" in table and ">rules out</th>" in table and "a slower law" in table
+
+
+def test_robustness_table_marks_stale_points_and_shows_held_out_runs():
+    sweep = {
+        "claims": {(CHAPTER, "x.rate"): {"passed": 20, "n": 20}},
+        "chapters": {CHAPTER: {"stale": True}},
+    }
+    held = {"chapters": {CHAPTER: {"n": 7, "k": 1, "stale": 1}}}
+    text = robustness_table_html([_row()], sweep, held)
+    assert "20/20 (stale: the chapter changed since)" in text
+    assert "1/7 failed (1 stale)" in text and "held-out" in text
+    fresh = {**sweep, "chapters": {CHAPTER: {"stale": False}}}
+    plain = robustness_table_html([_row()], fresh)
+    assert "stale" not in plain and "held-out" not in plain

@@ -211,6 +211,18 @@ def test_the_archived_sweeps_readme_is_written_from_the_archive():
     assert (archive / "README.md").read_text() == text
 
 
+def test_the_held_out_archives_readme_is_written_from_the_archive():
+    from tools import ledger_seeds_readme
+
+    archive = ROOT / "results" / "ledger-heldout"
+    text = ledger_seeds_readme.readme(archive)
+    runs = L.held_out_summary(archive)["runs"]
+    assert (
+        f"chapter runs that failed a claim or a cell: {runs['k']}/{runs['n']}" in text
+    )
+    assert (archive / "README.md").read_text() == text
+
+
 def test_held_out_seeds_come_from_the_inputs_and_avoid_the_fixed_seeds():
     digest = hashlib.sha256(b"a chapter and its modules").hexdigest()
     # by hand: the first 8 bytes (little-endian) of SHA-256("<digest>:<draw>")

@@ -1,4 +1,5 @@
-"""Rewrite ``results/ledger-seeds/README.md`` from the sweep itself.
+"""Rewrite ``results/ledger-seeds/README.md`` (or ``results/ledger-heldout/README.md``) from
+the sweep itself.
 
 Every number in it (points, commits, machines, compute time, claims and asserting cells held
 at every seed, the per-chapter times) is read from the manifest, the points' metadata and
@@ -6,7 +7,7 @@ at every seed, the per-chapter times) is read from the manifest, the points' met
 archive. It lives here rather than in ``attnbook.experiments.ledger_seeds`` because that
 module is an input of every swept chapter: editing it would make every point stale.
 
-    python tools/ledger_seeds_readme.py [results/ledger-seeds]
+    python tools/ledger_seeds_readme.py [results/ledger-seeds | results/ledger-heldout]
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from attnbook.experiments.ledger_seeds import sweep_summary
+from attnbook.experiments.ledger_seeds import held_out_summary, sweep_summary
 from attnbook.experiments.store import read_manifest, read_point_meta
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +49,31 @@ attnbook run ledger-seeds --scale book --out results/ledger-seeds --only chapter
 ```
 """
 
+HELD_INTRO = """\
+# ledger-heldout (book scale) — every chapter under {n_draws} held-out seeds
+
+Each point executes one chapter's MyST source in a fresh kernel (every cell, as nbval does)
+under a seed drawn from the chapter itself: the SHA-256 of the chapter's source and of every
+package module it imports, with the draw's index, gives a seed in [10⁶, 10⁹)
+(`attnbook.experiments.ledger_seeds.held_out_seed`). No such seed exists before the chapter's
+last edit, so no claim can have been tuned to it; an edit turns the chapter's points stale
+and draws new seeds on the next run. A point records what `ledger-seeds` records, and the seed.
+The claims-ledger page and the findings pages read it (k/n runs that failed, with exact
+Clopper–Pearson intervals); nothing here is edited to pass.
+
+Made with (from the repository root, on the shared 2-core CPU):
+
+```
+attnbook run ledger-heldout --scale book --out results/ledger-heldout --workers 2
+```
+"""
+
+HELD_OUTRO = """
+Load it with `attnbook.experiments.ledger_seeds.held_out_summary()`; `attnbook status
+results/ledger-heldout` lists unfinished and stale points. This README is written by
+`python tools/ledger_seeds_readme.py results/ledger-heldout` from the archive.
+"""
+
 OUTRO = """
 Load it with `attnbook.experiments.ledger_seeds.sweep_summary()`; `attnbook status
 results/ledger-seeds` lists unfinished and stale points. This README is written by
@@ -65,12 +91,8 @@ def _signature(meta: dict) -> dict:
     return sig if isinstance(sig, dict) else {}
 
 
-def readme(directory: Path) -> str:
-    man = read_manifest(directory)
-    summary = sweep_summary(directory)
-    metas = [read_point_meta(directory, p["hash"]) for p in man["points"]]
-    metas = [m for m in metas if m]
-    n_points = len(man["points"])
+def _provenance(man: dict, metas: list[dict]) -> list[str]:
+    """The points done, their compute time, commits and machines."""
     walls = [float(m.get("wall_s", 0.0)) for m in metas]
     commits = Counter((m.get("git_commit") or "?").split("+")[0][:12] for m in metas)
     machines = Counter()
@@ -80,6 +102,62 @@ def readme(directory: Path) -> str:
         cap = (sig.get("torch") or {}).get("cpu_capability", "?")
         machines[(cpu, cap, m.get("signature_key", "?"))] += 1
     first = metas[0]
+    points = (
+        f"- {len(metas)}/{len(man['points'])} points; {sum(walls) / 3600:.2f} h of "
+        f"compute (per chapter and seed: min {min(walls):.1f} s, max {max(walls):.1f} s)"
+    )
+    made = "- made at commit(s): " + ", ".join(
+        f"`{c}` ({n} points)" for c, n in commits.most_common()
+    )
+    where = "; ".join(
+        f"{cpu} (torch CPU capability {cap}; signature key `{key}`): {n} points"
+        for (cpu, cap, key), n in machines.most_common()
+    )
+    versions = (
+        f"attnbook {first.get('attnbook')}, torch {first.get('torch')}, NumPy "
+        f"{first.get('numpy')}, Python {first.get('python')}"
+    )
+    return [points, made, f"- on {where}; {versions}"]
+
+
+def _times(man: dict, metas: list[dict], what: str) -> list[str]:
+    """The per-chapter median compute time of one point, as a table."""
+    head = (
+        "\nPer chapter, the compute time of one seed (median, s), measured with two "
+        "chapters (and often a\nCI run) sharing the 2 cores: these are times under load, "
+        "not a chapter's time alone:\n"
+    )
+    lines = [head, f"| chapter | {what} | median s |\n| --- | --- | --- |"]
+    per: dict[str, list[float]] = {}
+    done = [p for p in man["points"] if p["hash"] in {m["_hash"] for m in metas}]
+    for p, m in zip(done, metas):
+        per.setdefault(man["axes"]["chapter"][p["index"][0]], []).append(
+            float(m.get("wall_s", 0.0))
+        )
+    for chapter, ws in per.items():
+        lines.append(f"| `{chapter}` | {len(ws)} | {statistics.median(ws):.1f} |")
+    return lines
+
+
+def _metas(directory: Path, man: dict) -> list[dict]:
+    """The finished points' metadata, in manifest order (``_hash`` added)."""
+    out = []
+    for p in man["points"]:
+        try:
+            m = read_point_meta(directory, p["hash"])
+        except FileNotFoundError:
+            continue
+        if m:
+            out.append({**m, "_hash": p["hash"]})
+    return out
+
+
+def readme(directory: Path) -> str:
+    man = read_manifest(directory)
+    if man.get("experiment") == "ledger-heldout":
+        return heldout_readme(directory, man)
+    summary = sweep_summary(directory)
+    metas = _metas(directory, man)
     claims = summary["claims"]
     checks = summary["checks"]
     held = sum(c["passed"] == c["n"] for c in claims.values())
@@ -92,23 +170,7 @@ def readme(directory: Path) -> str:
         "`_toc.yml` (the pages that read the ledger left out); `seed` = "
         f"{min(seeds)}–{max(seeds)}"
     )
-    lines.append(
-        f"- {len(metas)}/{n_points} points; {sum(walls) / 3600:.2f} h of compute (per "
-        f"chapter and seed: min {min(walls):.1f} s, max {max(walls):.1f} s)"
-    )
-    lines.append(
-        "- made at commit(s): "
-        + ", ".join(f"`{c}` ({n} points)" for c, n in commits.most_common())
-    )
-    lines.append(
-        "- on "
-        + "; ".join(
-            f"{cpu} (torch CPU capability {cap}; signature key `{key}`): {n} points"
-            for (cpu, cap, key), n in machines.most_common()
-        )
-        + f"; attnbook {first.get('attnbook')}, torch {first.get('torch')}, NumPy "
-        f"{first.get('numpy')}, Python {first.get('python')}"
-    )
+    lines += _provenance(man, metas)
     lines.append(
         f"- result: {held}/{len(claims)} claims and {cells}/{len(checks)} asserting cells "
         "held at every seed"
@@ -117,20 +179,36 @@ def readme(directory: Path) -> str:
         "- chapters edited since their points were made (stale: re-run them with `--only`): "
         + (", ".join(f"`{c}`" for c in stale) if stale else "none")
     )
-    lines.append(
-        "\nPer chapter, the compute time of one seed (median, s), measured with two chapters "
-        "(and often a\nCI run) sharing the 2 cores: these are times under load, not a "
-        "chapter's time alone:\n"
-    )
-    lines.append("| chapter | seeds | median s |\n| --- | --- | --- |")
-    per: dict[str, list[float]] = {}
-    for p, m in zip(man["points"], metas):
-        per.setdefault(man["axes"]["chapter"][p["index"][0]], []).append(
-            float(m.get("wall_s", 0.0))
-        )
-    for chapter, ws in per.items():
-        lines.append(f"| `{chapter}` | {len(ws)} | {statistics.median(ws):.1f} |")
+    lines += _times(man, metas, "seeds")
     return "\n".join(lines) + "\n" + OUTRO
+
+
+def heldout_readme(directory: Path, man: dict) -> str:
+    summary = held_out_summary(directory)
+    metas = _metas(directory, man)
+    lines = [HELD_INTRO.format(n_draws=len(man["axes"]["draw"]))]
+    lines.append(
+        f"- axes: `chapter` = the {len(man['axes']['chapter'])} executable chapters of "
+        f"`_toc.yml`; `draw` = 0–{max(man['axes']['draw'])} (the seed is the point's own)"
+    )
+    lines += _provenance(man, metas)
+    for label, key in (("chapter runs", "runs"), ("whole-book draws", "book")):
+        r = summary[key]
+        lo, hi = r["interval"]
+        lines.append(
+            f"- {label} that failed a claim or a cell: {r['k']}/{r['n']} (current points; "
+            f"95 % Clopper–Pearson {lo:.1%}–{hi:.1%})"
+        )
+    failed = [q for q in summary["points"] if q["failed"] and not q["stale"]]
+    for q in failed:
+        lines.append(f"  - `{q['chapter']}` at seed {q['seed']}: {'; '.join(q['why'])}")
+    stale = sorted({q["chapter"] for q in summary["points"] if q["stale"]})
+    lines.append(
+        "- chapters edited since their points were made (stale, to be redrawn): "
+        + (", ".join(f"`{c}`" for c in stale) if stale else "none")
+    )
+    lines += _times(man, metas, "seeds")
+    return "\n".join(lines) + "\n" + HELD_OUTRO
 
 
 def main(argv: list[str] | None = None) -> int:

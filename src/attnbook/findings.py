@@ -51,6 +51,7 @@ __all__ = [
     "PartFindings",
     "load_part",
     "robustness_table_html",
+    "rules_out",
 ]
 
 #: The four verdicts a row may carry, and nothing else.
@@ -225,7 +226,14 @@ def findings_table_html(
     ledger page's rows."""
     by_id = check_findings(findings, records)
     cell = 'style="padding:4px 6px;vertical-align:top"'
-    cols = ("paper's result", "what we measured", "verdict", "why", "claims")
+    cols = (
+        "paper's result",
+        "what we measured",
+        "verdict",
+        "why",
+        "rules out",
+        "claims",
+    )
     colours = VERDICT_COLOURS
     head = "<tr>" + "".join(f"<th {cell}>{c}</th>" for c in cols) + "</tr>"
     rows = []
@@ -236,12 +244,29 @@ def findings_table_html(
             f"</small></td><td {cell}>{html.escape(fill(f.measured, by_id))}</td>"
             f'<td {cell} style="color:{colours[f.verdict]};font-weight:bold">'
             f"{f.verdict}</td><td {cell}>{html.escape(f.why)}</td>"
-            f"<td {cell}>{links or '—'}</td></tr>"
+            f"<td {cell}>{'<br>'.join(map(html.escape, rules_out(f.claims, by_id))) or '—'}"
+            f"</td><td {cell}>{links or '—'}</td></tr>"
         )
     return (
         '<table class="attnbook-findings" style="font-size:0.85em;'
         'border-collapse:collapse">' + head + "".join(rows) + "</table>"
     )
+
+
+def rules_out(claims, by_id: dict) -> list[str]:
+    """What a finding's claims rule out, one line per claim: its computed rival (what the
+    rival predicts and by how much the measurement excludes it) or else its null."""
+    out = []
+    for c in claims:
+        claim = by_id[c][1]
+        if claim.rival_name:
+            out.append(f"{c}: {claim.rival_text()}")
+        elif claim.null:
+            disc = claim.discrimination_text()
+            out.append(
+                f"{c}: null {claim.null_text()} (misses by {disc} of the effect)"
+            )
+    return out
 
 
 def _claim_links(claims, by_id: dict, ledger_url: str, sep: str) -> str:
@@ -293,12 +318,18 @@ def findings_glance_html(
     rows = []
     for f in findings:
         links = _claim_links(f.claims, by_id, ledger_url, ", ")
+        against = rules_out(f.claims, by_id)
         rows.append(
             f'<details class="attnbook-finding"><summary><span class="attnbook-verdict '
             f'attnbook-verdict-{f.verdict.replace(" ", "-")}">{esc(f.verdict)}</span> '
             f"{esc(f.result)}</summary><dl><dt>where</dt><dd>{esc(f.section)}</dd>"
             f"<dt>measured</dt><dd>{esc(fill(f.measured, by_id, digits=digits))}</dd>"
             f"<dt>why</dt><dd>{esc(f.why)}</dd>"
+            + (
+                f"<dt>rules out</dt><dd>{'<br>'.join(map(esc, against))}</dd>"
+                if against
+                else ""
+            )
             + (f"<dt>claims</dt><dd>{links}</dd>" if links else "")
             + "</dl></details>"
         )
@@ -390,19 +421,36 @@ def load_part(part: str, *, records: list[dict] | None = None) -> PartFindings:
     return PartFindings(page, mine, claims_by_id(mine))
 
 
-def robustness_table_html(findings, sweep: dict) -> str:
+def robustness_table_html(findings, sweep: dict, held: dict | None = None) -> str:
     """The "How robust" table of a findings page: per claim its chapter and k/n seeds of the
-    ``ledger-seeds`` sweep (:func:`robustness`), as HTML (a notebook's Markdown output is
+    ``ledger-seeds`` sweep (:func:`robustness`), marked *stale* where the chapter changed
+    after its points were made, and, given ``held``
+    (:func:`attnbook.experiments.ledger_seeds.held_out_summary`), its chapter's held-out
+    runs that failed, k/n current points; as HTML (a notebook's Markdown output is
     rendered as CommonMark, which has no tables)."""
     cell = 'style="padding:2px 8px"'
+    chapters = sweep.get("chapters", {})
+    held_ch = (held or {}).get("chapters", {})
     rows = []
     for cid, chapter, k, n in robustness(findings, sweep):
-        held = f"{k}/{n}" if n else "not swept yet"
+        fixed = f"{k}/{n}" if n else "not swept yet"
+        if n and chapters.get(chapter, {}).get("stale"):
+            fixed += " (stale: the chapter changed since)"
+        h = held_ch.get(chapter)
+        held_out = f"{h['k']}/{h['n']} failed" if h and h["n"] else "not run yet"
+        if h and h.get("stale"):
+            held_out += f" ({h['stale']} stale)"
         rows.append(
             f"<tr><td {cell}><code>{html.escape(cid)}</code></td>"
-            f"<td {cell}>{html.escape(chapter or '—')}</td><td {cell}>{held}</td></tr>"
+            f"<td {cell}>{html.escape(chapter or '—')}</td><td {cell}>{fixed}</td>"
+            + (f"<td {cell}>{held_out}</td>" if held is not None else "")
+            + "</tr>"
         )
-    head = f"<tr><th {cell}>claim</th><th {cell}>chapter</th><th {cell}>seeds</th></tr>"
+    head = (
+        f"<tr><th {cell}>claim</th><th {cell}>chapter</th><th {cell}>fixed seeds</th>"
+        + (f"<th {cell}>held-out runs (chapter)</th>" if held is not None else "")
+        + "</tr>"
+    )
     return (
         '<table class="attnbook-robustness" style="font-size:0.85em">'
         + head
